@@ -1,0 +1,627 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # Adaptive conformal inference by betting
+#
+# **Paper.** Aleksandr Podkopaev, Dong Xu, Kuang-chih Lee. *Adaptive Conformal Inference
+# by Betting.* ICML 2024, PMLR 235:40886–40907.
+# [OpenReview](https://openreview.net/forum?id=lwWV4Zl3h1) ·
+# [arXiv:2412.19318](https://arxiv.org/abs/2412.19318). No official code was released;
+# everything below is written from the paper's description and the coin-betting
+# literature it builds on.
+#
+# **The problem.** A forecaster runs online on a stream whose distribution shifts. At
+# every step we want a prediction *interval* that, in the long run, misses the truth
+# a fraction $\alpha$ of the time, whatever the stream does. Adaptive conformal
+# inference (ACI) does this by online gradient descent on the interval's radius, but
+# its learning rate must match the scale of the scores: too small and the radius cannot
+# keep up, too large and the intervals jump around.
+#
+# **The idea.** Treat the radius as a *bet*. A parameter-free online learner from the
+# coin-betting literature (Krichevsky–Trofimov, KT) picks the radius as a fraction of
+# its current "wealth"; misses pay, covers cost. There is no learning rate and the
+# scale of the scores need not be known.
+#
+# **The claim.** Long-run miscoverage converges to $\alpha$ with no tuning at any score
+# scale, and the intervals are about as narrow as those of the best hand-tuned ACI.
+# We check both, and the fragility of ACI's learning rate, on a shifting AR(1) stream.
+
+# %% tags=["parameters"]
+tier = "default"  # smoke | default | full: size of the experiment
+seed = 0  # drives every random number in the chapter
+alpha = 0.1  # target miscoverage of the showcase stream (the claims sweep 0.05, 0.1, 0.2)
+initial_wealth = 1.0  # KT's starting wealth epsilon, in units of the scores
+window = 500  # length of the window for local (rolling) coverage
+
+# %% tags=["validate"]
+from icmlbook import check_int, check_range, check_seed, check_tier
+
+check_tier(tier)
+check_seed(seed)
+check_range("alpha", alpha, 0.0, 0.5, lo_open=True)
+check_range("initial_wealth", initial_wealth, 0.0, 1e6, lo_open=True)
+check_int("window", window, 20, 2000)
+
+# %% [markdown]
+# ## Setup
+#
+# The whole chapter is sequential scalar arithmetic (one radius per step, no gradients
+# through networks), so it is written in NumPy; nothing here needs PyTorch. The tier
+# sets the length of the streams and the baseline's tuning grid.
+
+# %%
+import numpy as np
+import matplotlib.pyplot as plt
+import icmlbook
+
+run = icmlbook.start("05_conformal_betting", tier=tier, seed=seed, torch=False,
+                     params=dict(alpha=alpha, initial_wealth=initial_wealth, window=window))
+icmlbook.use_style()
+cfg = run.pick(
+    smoke=dict(T=3000, widget_T=800, eta_grid=9, validity_tol=0.025),
+    default=dict(T=6000, widget_T=2000, eta_grid=17, validity_tol=0.015),
+    full=dict(T=20000, widget_T=4000, eta_grid=33, validity_tol=0.010),
+)
+ALPHAS = (0.05, 0.1, 0.2)  # miscoverage levels of the claim sweep
+SCALES = (0.01, 1.0, 100.0)  # score-scale multipliers of the claim sweep
+SIGMAS = (1.0, 5.0, 0.5)  # noise level of the three segments (two changepoints)
+print(f"tier {tier}: T = {cfg.T} steps per stream, {len(ALPHAS) * len(SCALES)} streams "
+      f"in the sweep, OGD grid of {cfg.eta_grid} learning rates")
+
+# %% [markdown]
+# ## The idea in math
+#
+# At time $t$ the forecaster has a conformity score $S(X_t, y)$, for regression
+# $S = |y - \hat f_t(X_t)|$, and outputs the set of all $y$ whose score is at most a
+# radius $s_t$:
+#
+# $$\hat C_t(s_t) = \{\, y : S(X_t, y) \le s_t \,\}, \qquad
+#   \mathrm{err}_t = \mathbf 1\{S_t > s_t\}. \tag{1}$$
+#
+# The radius must be fixed **before** $S_t = S(X_t, Y_t)$ is revealed. Choosing $s_t$
+# is online quantile estimation: the $(1-\alpha)$-quantile minimises the pinball loss
+#
+# $$\ell_t(s) = (1-\alpha)\,(S_t - s)_+ + \alpha\,(s - S_t)_+, \qquad
+#   g_t = \partial_s \ell_t(s_t) = \alpha - \mathrm{err}_t. \tag{2}$$
+#
+# **ACI as online gradient descent.** The classical learner steps against the gradient,
+#
+# $$s_{t+1} = s_t - \eta\, g_t = s_t + \eta\,(\mathrm{err}_t - \alpha). \tag{3}$$
+#
+# Summing (3) over $t$ gives a deterministic guarantee: $\sum_t(\mathrm{err}_t - \alpha) =
+# (s_{T+1} - s_1)/\eta$, so $|\overline{\mathrm{err}}_T - \alpha| \le (\max_t |s_t| +
+# \eta)/(\eta T)$. The bound is only useful when $\eta$ is of the order of the scores:
+# at score scale 100 and $\eta = 0.1$ it needs $T$ in the hundreds of thousands.
+#
+# **Betting instead.** Coin betting turns the same gradients into a parameter-free
+# learner. The "coin" is the negative gradient,
+#
+# $$c_t = -g_t = \mathrm{err}_t - \alpha \in [-\alpha,\, 1-\alpha] \subset [-1, 1], \tag{4}$$
+#
+# and the radius is a signed bet: a fraction $\beta_t$ of the current wealth $W_{t-1}$,
+#
+# $$s_t = \beta_t\, W_{t-1}, \qquad W_t = W_{t-1} + c_t\, s_t
+#   = \varepsilon + \sum_{i \le t} c_i\, s_i, \qquad W_0 = \varepsilon. \tag{5}$$
+#
+# The Krichevsky–Trofimov bettor uses the running mean of past coins,
+#
+# $$\beta_t = \frac{1}{t}\sum_{i<t} c_i . \tag{6}$$
+#
+# Dividing by $t$ (not $t-1$) keeps $|\beta_t| < 1$, so $W_t = W_{t-1}(1 + c_t\beta_t) > 0$:
+# the bettor never goes bankrupt. A negative radius is allowed: it is the empty set,
+# a deliberate miss that "sells" coverage when the bettor has covered too often.
+#
+# **Why coverage follows** (our derivation from the KT regret bound; the paper proves
+# the statement, we reconstruct the argument). The KT bettor guarantees a wealth
+# exponential in the squared sum of coins, $\ln W_T \ge \ln\varepsilon + \frac{(\sum_t
+# c_t)^2}{2T} - \tfrac12\ln T - O(1)$. On the other hand, if scores lie in $[0, D]$, a
+# bet only gains when $0 \le s_t \le D$ and a miss happens, so $W_T \le \varepsilon +
+# (1-\alpha) D\, T$. Together these force $|\sum_t c_t| = O(\sqrt{T \log T})$, and since
+# $\frac1T\sum_t c_t = \overline{\mathrm{err}}_T - \alpha$:
+#
+# $$\Big|\frac1T\sum_{t\le T}\mathrm{err}_t - \alpha\Big| = O\Big(\sqrt{\tfrac{\log T}{T}}\Big)
+#   \xrightarrow[T\to\infty]{} 0, \tag{7}$$
+#
+# with no learning rate and no knowledge of $D$. The scale of the scores enters only
+# through $\ln(D T/\varepsilon)$: a wrong guess of $\varepsilon$ costs a logarithm.
+#
+# The paper also uses a second bettor, Cutkosky and Orabona's reduction with an Online
+# Newton Step (ONS) on the betting fraction. With $z_t = -c_t/(1 + c_t v_t)$, the
+# derivative of $-\ln(1 + c_t v)$ at the current fraction $v_t$:
+#
+# $$s_t = v_t W_{t-1}, \quad A_t = 1 + \sum_{i\le t} z_i^2, \quad
+#   v_{t+1} = \Pi_{[-\frac12, \frac12]}\Big(v_t - \frac{2}{2-\ln 3}\,\frac{z_t}{A_t}\Big). \tag{8}$$
+
+# %% [markdown]
+# ## From scratch
+#
+# Every learner takes the whole score stream `scores` (shape `(T,)`, or `(T, B)` to run
+# `B` independent streams at once) and returns the radius it *would have* played at
+# each step. Each step computes $s_t$ from the past only, then looks at `scores[t]`.
+#
+# ### The KT bettor (Eqs. 4–6)
+
+# %%
+def kt_aci(scores, alpha, eps=1.0):
+    """KT-ACI: radii s_t and wealth W_t (W_0 = eps) of the Krichevsky-Trofimov bettor."""
+    scores = np.asarray(scores, dtype=float)
+    T = len(scores)
+    radius = np.empty_like(scores)
+    wealth = np.empty((T + 1, *scores.shape[1:]))
+    wealth[0] = eps
+    coin_sum = np.zeros(scores.shape[1:])
+    for t in range(T):  # t is 0-based: the step number of the paper is t + 1
+        beta = coin_sum / (t + 1)  # Eq. 6: mean of the past coins, divided by the step number
+        radius[t] = beta * wealth[t]  # Eq. 5: the bet, fixed before scores[t] is seen
+        coin = (scores[t] > radius[t]) - alpha  # Eqs. 1 and 4: c_t = err_t - alpha
+        wealth[t + 1] = wealth[t] + coin * radius[t]  # Eq. 5: wealth update
+        coin_sum = coin_sum + coin
+    return radius, wealth
+
+
+# %% [markdown]
+# Two closed forms pin the implementation down. With every coin equal to 1, Eq. 6 gives
+# $\beta_t = (t-1)/t$ and the wealth multiplies by $(2t-1)/t$ at each step, so
+# $W_T = \varepsilon \binom{2T}{T}/2^T$. And the wealth identity of Eq. 5 must hold
+# to rounding. (Both, and more, are unit tests in `tests/test_ch05_conformal_betting.py`.)
+
+# %%
+from math import comb
+
+T_check = 30
+always_miss = np.full(T_check, np.inf)  # every step a miss; with alpha = 0 every coin is 1
+print("KT wealth after 30 coins of 1:", kt_aci(always_miss, alpha=0.0, eps=1.0)[1][-1],
+      " closed form C(60,30)/2^30:", comb(2 * T_check, T_check) / 2**T_check)
+
+# %% [markdown]
+# ### The ONS bettor (Eq. 8)
+
+# %%
+ONS_STEP = 2.0 / (2.0 - np.log(3.0))  # the ONS constant of Cutkosky & Orabona (2018)
+
+
+def ons_aci(scores, alpha, eps=1.0):
+    """ONS-ACI: the betting fraction v_t follows an Online Newton Step on -ln(1 + c v)."""
+    scores = np.asarray(scores, dtype=float)
+    T = len(scores)
+    radius = np.empty_like(scores)
+    wealth = np.empty((T + 1, *scores.shape[1:]))
+    wealth[0] = eps
+    v = np.zeros(scores.shape[1:])
+    A = np.ones(scores.shape[1:])
+    for t in range(T):
+        radius[t] = v * wealth[t]  # Eq. 8: s_t = v_t W_{t-1}
+        coin = (scores[t] > radius[t]) - alpha  # Eq. 4
+        wealth[t + 1] = wealth[t] + coin * radius[t]  # Eq. 5
+        z = -coin / (1.0 + coin * v)  # gradient of -ln(1 + c v) at v_t
+        A = A + z * z
+        v = np.clip(v - ONS_STEP * z / A, -0.5, 0.5)  # Eq. 8: projected Newton step
+    return radius, wealth
+
+
+# %% [markdown]
+# ### Baselines
+#
+# **ACI / OGD** (Eq. 3) with a fixed learning rate $\eta$, started at $s_1 = 0$. We run
+# it at hand-picked rates and over a grid of rates tuned *on the test stream itself*,
+# an oracle no forecaster has; the best valid rate of that grid is the bar the
+# parameter-free bettor has to meet.
+#
+# **Scale-free OGD** (SF-OGD, Bhatnagar et al. 2023) rescales the step by the observed
+# gradients: $s_{t+1} = \max\big(0,\ s_t - \frac{D}{\sqrt{\sum_{i\le t} g_i^2}}\,g_t\big)$.
+# It still needs the score bound $D$; we give it the largest score of the first 100 steps,
+# which a practitioner could have from a calibration set.
+
+# %%
+def ogd_aci(scores, alpha, eta, s0=0.0):
+    """ACI as online gradient descent on the pinball loss (Eq. 3); eta broadcasts."""
+    scores = np.asarray(scores, dtype=float)
+    radius = np.empty(np.broadcast_shapes(scores.shape, np.shape(eta)))
+    s = np.zeros(radius.shape[1:]) + s0
+    for t in range(len(scores)):
+        radius[t] = s
+        s = s + eta * ((scores[t] > s) - alpha)  # Eq. 3
+    return radius
+
+
+def sf_ogd_aci(scores, alpha, D):
+    """Scale-free OGD: step D / sqrt(sum of squared gradients), radius kept >= 0."""
+    scores = np.asarray(scores, dtype=float)
+    radius = np.empty_like(scores)
+    s = np.zeros(scores.shape[1:])
+    grad_sq = np.zeros(scores.shape[1:])
+    for t in range(len(scores)):
+        radius[t] = s
+        g = alpha - (scores[t] > s)  # Eq. 2
+        grad_sq = grad_sq + g * g
+        s = np.maximum(0.0, s - D / np.sqrt(grad_sq) * g)
+    return radius
+
+
+# %% [markdown]
+# ### Measuring a learner
+#
+# Long-run miscoverage $|\overline{\mathrm{err}}_T - \alpha|$ is the paper's guarantee.
+# The *width* is the mean radius, with an empty set counted as width 0. We compare it
+# with an oracle that knows where the changepoints are and plays, in each segment, the
+# empirical $(1-\alpha)$-quantile of that segment's scores. Local coverage over a
+# rolling window shows how fast a learner re-adapts after a changepoint.
+
+# %%
+def miscoverage_gap(scores, radius, alpha):
+    """|mean err - alpha| per stream (Eq. 7's left-hand side)."""
+    return np.abs(np.mean(scores > radius, axis=0) - alpha)
+
+
+def mean_width(radius):
+    """Mean radius, an empty set (negative radius) counting as 0."""
+    return np.mean(np.maximum(radius, 0.0), axis=0)
+
+
+def oracle_width(scores, segments, alpha):
+    """Mean of the per-segment empirical (1 - alpha)-quantiles (knows the changepoints).
+
+    ``scores`` is one stream (T,) with a scalar alpha, or (T, B) with B alphas."""
+    if np.ndim(scores) == 2:
+        return np.array([oracle_width(scores[:, b], segments, a)
+                         for b, a in enumerate(np.broadcast_to(alpha, scores.shape[1:]))])
+    q = np.empty_like(scores)
+    for k in np.unique(segments):
+        q[segments == k] = np.quantile(scores[segments == k], 1 - alpha)
+    return q.mean()
+
+
+def rolling_coverage(scores, radius, w):
+    """Coverage 1 - err averaged over a sliding window of w steps (1-D stream)."""
+    covered = (scores <= radius).astype(float)
+    return np.convolve(covered, np.ones(w) / w, mode="valid")
+
+
+# %% [markdown]
+# ## The experiment
+#
+# **Data.** An AR(1) process $y_{t+1} = 0.8\,y_t + \sigma_t\varepsilon_t$ with two
+# changepoints in the noise level, $\sigma = 1 \to 5 \to 0.5$ in three equal segments.
+# The forecaster is deliberately naive, $\hat y_{t+1} = y_t$, and the score is its
+# absolute error. The same stream is multiplied by 0.01, 1 and 100 to test the
+# methods' dependence on the scale of the scores (units of the target, in practice).
+
+# %%
+def ar1_changepoint_scores(T, rng, sigmas=SIGMAS, phi=0.8):
+    """Scores |y_{t+1} - y_t| of the naive forecaster and the segment index of each step."""
+    segments = np.minimum(np.arange(T) * len(sigmas) // T, len(sigmas) - 1)
+    noise = np.asarray(sigmas, dtype=float)[segments] * rng.standard_normal(T)
+    y = np.zeros(T + 1)
+    for t in range(T):
+        y[t + 1] = phi * y[t] + noise[t]
+    return np.abs(y[1:] - y[:-1]), segments
+
+
+rng = np.random.default_rng(seed)
+base_scores, segments = ar1_changepoint_scores(cfg.T, rng)
+
+fig, ax = plt.subplots(figsize=(7, 2.4))
+ax.plot(base_scores, lw=0.5, color="0.5")
+for k in range(1, len(SIGMAS)):
+    ax.axvline(k * cfg.T / len(SIGMAS), color="k", ls=":", lw=1)
+ax.set(xlabel="t", ylabel="score $S_t$", title="Scores of the naive forecaster "
+       r"(scale 1; $\sigma$ = 1, 5, 0.5)")
+plt.show()
+
+# %% [markdown]
+# ### One stream, four learners
+#
+# First the showcase stream at scale 1 with the chapter's `alpha`. OGD gets $\eta = 1$,
+# a sensible rate *at this scale*; the bettors get nothing but $\varepsilon$.
+
+# %%
+D_calib = base_scores[:100].max()
+showcase = {
+    "KT (ours)": kt_aci(base_scores, alpha, initial_wealth)[0],
+    "ONS": ons_aci(base_scores, alpha, initial_wealth)[0],
+    "OGD, eta = 1": ogd_aci(base_scores, alpha, 1.0),
+    "SF-OGD": sf_ogd_aci(base_scores, alpha, D_calib),
+}
+kt_wealth = kt_aci(base_scores, alpha, initial_wealth)[1]
+oracle = oracle_width(base_scores, segments, alpha)
+print(f"alpha = {alpha}, oracle mean width {oracle:.3f}")
+for name, r in showcase.items():
+    print(f"{name:<14} miscoverage {np.mean(base_scores > r):.4f}  "
+          f"width / oracle {mean_width(r) / oracle:.3f}")
+
+# %%
+fig, axes = plt.subplots(3, 1, figsize=(7, 6.4), sharex=True)
+axes[0].plot(base_scores, lw=0.4, color="0.7", label="score $S_t$")
+for i, (name, r) in reversed(list(enumerate(showcase.items()))):
+    axes[0].plot(r, lw=1, label=name, color=f"C{i}", zorder=3 + (i == 0))
+axes[0].set(ylabel="radius $s_t$", ylim=(0, np.quantile(base_scores, 0.995) * 1.3))
+axes[0].legend(ncol=5, loc="upper left")
+t_roll = np.arange(window - 1, cfg.T)
+for i, (name, r) in reversed(list(enumerate(showcase.items()))):
+    axes[1].plot(t_roll, rolling_coverage(base_scores, r, window), lw=1, color=f"C{i}")
+axes[1].axhline(1 - alpha, color="k", ls="--", lw=1)
+axes[1].set(ylabel=f"coverage\n(window {window})")
+axes[2].semilogy(kt_wealth, color="C0")
+axes[2].set(xlabel="t", ylabel="KT wealth $W_t$")
+for ax in axes:
+    for k in range(1, len(SIGMAS)):
+        ax.axvline(k * cfg.T / len(SIGMAS), color="k", ls=":", lw=0.8)
+plt.show()
+
+# %% [markdown]
+# The bettors find the right radius within a few dozen steps and re-adapt at each
+# changepoint; the wealth grows while the bettor "wins" (its coins have a consistent
+# sign) and stalls once the radius is right. One honest caveat, visible in the middle
+# panel: the KT fraction is a mean over **all** past coins, so late in a long stream it
+# reacts slowly and local coverage drifts for a while after a changepoint. ONS adapts
+# faster. The paper's guarantee, and our claims, are about long-run coverage.
+
+# %%
+local_dev = {name: float(np.max(np.abs(rolling_coverage(base_scores, r, window) - (1 - alpha))))
+             for name, r in showcase.items()}
+for name, d in local_dev.items():
+    print(f"{name:<14} worst local coverage deviation (window {window}): {d:.3f}")
+run.metric("local_coverage_deviation", local_dev)
+
+# %% [markdown]
+# ### The sweep: three scales and three miscoverage levels
+#
+# Now every combination of score scale $\{0.01, 1, 100\}$ and $\alpha \in \{0.05, 0.1,
+# 0.2\}$, nine streams run side by side (the learners broadcast over the last axis).
+# The bettors keep $\varepsilon = 1$ at every scale: no tuning. OGD is run over a grid
+# of learning rates spanning four decades around each scale, and the best rate that
+# achieves valid coverage (gap at most the validity tolerance) is kept: the oracle bar.
+
+# %%
+scale_col = np.repeat(SCALES, len(ALPHAS))  # stream b has scale scale_col[b]
+alpha_col = np.tile(ALPHAS, len(SCALES))  # ... and level alpha_col[b]
+sweep_scores = base_scores[:, None] * scale_col[None, :]  # (T, 9)
+
+kt_r = kt_aci(sweep_scores, alpha_col, initial_wealth)[0]
+ons_r = ons_aci(sweep_scores, alpha_col, initial_wealth)[0]
+sf_r = sf_ogd_aci(sweep_scores, alpha_col, sweep_scores[:100].max(axis=0))
+eta_rel = np.logspace(-3, 1, cfg.eta_grid)  # learning rates, relative to the scale
+grid_r = ogd_aci(sweep_scores[:, :, None], alpha_col[:, None],
+                 eta_rel[None, :] * scale_col[:, None])  # (T, 9, grid)
+grid_gap = miscoverage_gap(sweep_scores[:, :, None], grid_r, alpha_col[:, None])
+grid_width = np.where(grid_gap <= cfg.validity_tol, mean_width(grid_r), np.inf)
+best_ogd_width = grid_width.min(axis=1)
+oracle_w = oracle_width(sweep_scores, segments, alpha_col)
+
+rows = []
+for b in range(len(scale_col)):
+    rows.append((scale_col[b], alpha_col[b],
+                 miscoverage_gap(sweep_scores[:, b], kt_r[:, b], alpha_col[b]),
+                 miscoverage_gap(sweep_scores[:, b], ons_r[:, b], alpha_col[b]),
+                 miscoverage_gap(sweep_scores[:, b], sf_r[:, b], alpha_col[b]),
+                 mean_width(kt_r[:, b]) / oracle_w[b],
+                 mean_width(kt_r[:, b]) / best_ogd_width[b]))
+print(f"{'scale':>6} {'alpha':>5} | {'gap KT':>7} {'gap ONS':>7} {'gap SF':>7} | "
+      f"{'KT width/oracle':>15} {'KT width/best OGD':>17}")
+for row in rows:
+    print(f"{row[0]:>6g} {row[1]:>5g} | {row[2]:>7.4f} {row[3]:>7.4f} {row[4]:>7.4f} | "
+          f"{row[5]:>15.3f} {row[6]:>17.3f}")
+
+# %% [markdown]
+# ### How fragile is a fixed learning rate?
+#
+# The same stream at the three scales, OGD with $\eta \in \{0.1, 1\}$, next to KT. At
+# scale 100 a step of 0.1 barely moves a radius that must reach hundreds: the
+# deterministic bound under Eq. 3 is vacuous and coverage collapses. At scale 0.01 a
+# step of 1 is a hundred times the scores: coverage holds, because the radius jumps far
+# above every score, but the interval is uselessly wide.
+
+# %%
+fragility = {}
+fig, axes = plt.subplots(1, 3, figsize=(7.5, 2.6), sharey=True)
+for ax, scale in zip(axes, SCALES):
+    sc = base_scores * scale
+    kt_s = kt_aci(sc, 0.1, initial_wealth)[0]
+    ax.plot(sc / scale, lw=0.3, color="0.75")
+    for i, eta in enumerate((0.1, 1.0)):
+        r = ogd_aci(sc, 0.1, eta)
+        fragility[(scale, eta)] = (float(miscoverage_gap(sc, r, 0.1)),
+                                   float(np.median(np.maximum(r, 0)) /
+                                         np.median(np.maximum(kt_s, 0))))
+        ax.plot(np.maximum(r, 1e-3 * scale) / scale, lw=1, color=f"C{i + 1}",
+                label=f"OGD $\\eta$={eta:g}")
+    ax.plot(np.maximum(kt_s, 1e-3 * scale) / scale, lw=1, color="C0", label="KT", zorder=4)
+    ax.set(title=f"scale {scale:g}", xlabel="t", yscale="log", ylim=(0.05, 300))
+axes[0].set_ylabel("radius / scale")
+axes[0].legend(loc="upper left")
+plt.show()
+for (scale, eta), (gap, ratio) in fragility.items():
+    print(f"scale {scale:>6g}, OGD eta {eta:>4g}: miscoverage gap {gap:.3f}, "
+          f"median radius {ratio:8.2f} x KT's")
+
+# %% [markdown]
+# ## Claim checks
+#
+# Thresholds fixed before the run (calibrated on a prototype, see the brief of this
+# chapter), for the default tier at $T = 6000$; the smoke tier ($T = 3000$) records
+# them against a looser validity tolerance of 0.025 and does not enforce them.
+#
+# 1. **Long-run validity without tuning:** KT with $\varepsilon = 1$ has
+#    $|\overline{\mathrm{err}} - \alpha| \le 0.015$ on all nine streams (three scales
+#    spanning four decades, three levels).
+# 2. **Efficiency vs. the oracle quantile:** KT's mean width is at most 1.15 times the
+#    per-segment hindsight quantile, on every stream.
+# 3. **Efficiency vs. tuned ACI:** KT's mean width is at most 1.10 times that of the
+#    best valid OGD learning rate, tuned on the test stream, on every stream.
+# 4. **ACI needs tuning (scale 100):** OGD with $\eta = 0.1$ misses coverage by at
+#    least 0.2.
+# 5. **ACI needs tuning (scale 0.01):** OGD with $\eta = 1$ has a median radius at
+#    least 10 times KT's.
+
+# %%
+kt_gaps = np.array([row[2] for row in rows])
+run.claim("KT long-run validity, all scales and alphas", kt_gaps.max(), "<=",
+          cfg.validity_tol, "KT-ACI's long-run miscoverage is within tolerance of alpha "
+          "at every score scale with no tuning")
+run.claim("KT width / oracle quantile", max(row[5] for row in rows), "<=", 1.15,
+          "KT-ACI's intervals are nearly as narrow as the per-segment hindsight quantile")
+run.claim("KT width / best tuned OGD", max(row[6] for row in rows), "<=", 1.10,
+          "KT-ACI is about as efficient as ACI with its learning rate tuned on the test stream")
+run.claim("OGD eta=0.1 gap at scale 100", fragility[(100.0, 0.1)][0], ">=", 0.2,
+          "ACI with a learning rate too small for the scale loses long-run coverage")
+run.claim("OGD eta=1 radius / KT at scale 0.01", fragility[(0.01, 1.0)][1], ">=", 10.0,
+          "ACI with a learning rate too large for the scale gives uselessly wide intervals")
+run.metric("kt_gap_per_stream", kt_gaps.round(5))
+run.metric("ons_gap_max", float(max(row[3] for row in rows)))
+run.metric("sf_ogd_gap_max", float(max(row[4] for row in rows)))
+
+# %%
+# NBVAL_CHECK_OUTPUT
+run.verdict()
+
+# %% [markdown]
+# ## What a broken bettor does
+#
+# A claim check is only worth something if a wrong implementation fails it. The most
+# common bug is the coin's sign: with $c_t = \alpha - \mathrm{err}_t$ the bettor bets
+# *against* coverage, shrinking the interval after every miss. The tests break the
+# bettor in other ways too (betting from the initial wealth instead of the current one
+# fails claim 1 at scale 100; putting a fixed-rate learner in KT's place fails claims
+# 2 and 3) and check that each broken variant fails its claim.
+
+# %%
+def kt_aci_wrong_sign(scores, alpha, eps=1.0):
+    """KT with the coin's sign flipped: a deliberately broken bettor."""
+    radius, wealth, coin_sum = np.empty_like(scores), eps, 0.0
+    for t in range(len(scores)):
+        radius[t] = coin_sum / (t + 1) * wealth
+        coin = alpha - (scores[t] > radius[t])  # wrong sign
+        wealth, coin_sum = wealth + coin * radius[t], coin_sum + coin
+    return radius
+
+
+broken = kt_aci_wrong_sign(base_scores, 0.1)
+print(f"sign-flipped KT: miscoverage {np.mean(base_scores > broken):.3f} "
+      f"(target 0.1), gap {float(miscoverage_gap(base_scores, broken, 0.1)):.3f}")
+
+# %% [markdown]
+# ## Explore
+#
+# Move the target level, the scale of the scores, the severity of the changepoints
+# ($\sigma = 1 \to s \to 1/s$), KT's initial wealth and OGD's learning rate. Watch
+# three things: OGD's coverage breaking when $\eta$ and the scale disagree, KT
+# shrugging off the scale (it only costs a short warm-up, logarithmic in the mismatch
+# with $\varepsilon$), and KT's wealth growing while it is still learning the radius.
+
+# %%
+import ipywidgets as W
+
+widget_rng = np.random.default_rng(seed + 1)
+widget_noise = widget_rng.standard_normal(cfg.widget_T)
+
+
+def widget_scores(severity, scale):
+    """Scores of a fixed-noise AR(1) stream with sigma = 1, severity, 1/severity."""
+    sig = np.array([1.0, severity, 1.0 / severity])
+    seg = np.minimum(np.arange(cfg.widget_T) * 3 // cfg.widget_T, 2)
+    y = np.zeros(cfg.widget_T + 1)
+    for t in range(cfg.widget_T):
+        y[t + 1] = 0.8 * y[t] + sig[seg[t]] * widget_noise[t]
+    return scale * np.abs(np.diff(y))
+
+
+def update(alpha, scale, severity, eps, eta, methods):
+    sc = widget_scores(severity, scale)
+    learners = {
+        "KT": lambda: kt_aci(sc, alpha, eps)[0],
+        "ONS": lambda: ons_aci(sc, alpha, eps)[0],
+        "OGD": lambda: ogd_aci(sc, alpha, eta),
+        "SF-OGD": lambda: sf_ogd_aci(sc, alpha, sc[:100].max()),
+    }
+    w = min(200, cfg.widget_T // 4)
+    fig, axes = plt.subplots(1, 3, figsize=(9, 2.8))
+    axes[0].plot(sc, lw=0.3, color="0.7")
+    for name in methods:
+        r = learners[name]()
+        gap = float(miscoverage_gap(sc, r, alpha))
+        axes[0].plot(np.clip(r, 0, None), lw=1, label=f"{name} (gap {gap:.3f})")
+        axes[1].plot(rolling_coverage(sc, r, w), lw=1)
+    axes[0].set_yscale("symlog", linthresh=max(float(np.median(sc)), 1e-12))
+    axes[0].set(title="radius over scores", xlabel="t", ylim=(0, 3 * max(sc.max(), 1e-12)))
+    if methods:
+        axes[0].legend(loc="upper left")
+    axes[1].axhline(1 - alpha, color="k", ls="--", lw=1)
+    axes[1].set(title=f"rolling coverage (window {w})", xlabel="t", ylim=(-0.02, 1.02))
+    axes[2].semilogy(kt_aci(sc, alpha, eps)[1], color="C0")
+    axes[2].set(title="KT wealth", xlabel="t")
+    plt.show()
+
+
+controls = dict(
+    alpha=W.FloatSlider(value=alpha, min=0.01, max=0.5, step=0.01, description="alpha"),
+    scale=W.FloatLogSlider(value=1.0, base=10, min=-2, max=2, step=0.25, description="scale"),
+    severity=W.FloatSlider(value=5.0, min=1.0, max=10.0, step=0.5, description="severity"),
+    eps=W.FloatLogSlider(value=initial_wealth, base=10, min=-3, max=3, step=0.5,
+                         description="KT eps"),
+    eta=W.FloatLogSlider(value=1.0, base=10, min=-3, max=2, step=0.5, description="OGD eta"),
+    methods=W.SelectMultiple(options=["KT", "ONS", "OGD", "SF-OGD"],
+                             value=("KT", "OGD"), description="methods", rows=4),
+)
+icmlbook.explore(update, controls, run=run)
+
+# %% [markdown]
+# ## Paper vs. this book
+#
+# | | paper | this book |
+# |---|---|---|
+# | method | KT and ONS bettors on the pinball loss | both, from scratch (Eqs. 4–8) |
+# | guarantee | long-run miscoverage $\to \alpha$ for bounded scores, no learning rate | measured: gap at most 0.015 over nine streams at $T = 6000$ (claim 1) |
+# | data | synthetic changepoints, stock prices, multi-step forecasting | one synthetic AR(1) stream with two changepoints at three scales |
+# | baselines | ACI/OGD, SF-OGD, and other adaptive methods | OGD (fixed and oracle-tuned rates), SF-OGD |
+# | efficiency | comparable widths to tuned methods | within 15% of the hindsight quantile and 10% of oracle-tuned OGD (claims 2–3) |
+#
+# What we did not reproduce: the real stock-price series (no network at run time), the
+# multi-step-ahead experiments (one learner per horizon, see the exercises) and the
+# strongest adaptive baselines (SAOCP, DtACI). We did not retrieve the paper's tables,
+# so the comparison is with its claims, not its numbers. The KT bettor's slow local
+# adaptation late in a stream is our observation, consistent with its running-mean
+# fraction; it does not contradict the paper's long-run guarantee.
+
+# %% [markdown]
+# ## Exercises
+#
+# 1. **The off-by-one.** The KT fraction divides by $t$, not $t-1$. With coins in
+#    $[-1, 1]$, dividing by $t-1$ lets a run of equal coins reach $|\beta_t| = 1$ and
+#    bankrupt the bettor. Show that here, with coins in $[-\alpha, 1-\alpha]$, the
+#    fraction stays below $1-\alpha$ either way (so the bug is harmless for
+#    $\alpha > 0$, as the tests found), and construct the coin sequence that breaks it
+#    as $\alpha \to 0$.
+# 2. **Local adaptivity.** KT's fraction averages all past coins. Restart the bettor
+#    every $k$ steps, or discount old coins, and measure the worst local coverage
+#    deviation against the long-run gap. What does the change cost in Eq. 7?
+# 3. **Multi-step forecasting.** Forecast $h = 1, \dots, 5$ steps ahead with the naive
+#    forecaster, run one KT learner per horizon, and check that each horizon's long-run
+#    miscoverage converges to $\alpha$, although horizon $h$ only learns about step $t$
+#    at step $t + h$.
+#
+# ## References
+#
+# - A. Podkopaev, D. Xu, K. Lee. Adaptive Conformal Inference by Betting. ICML 2024.
+# - F. Orabona, D. Pál. Coin Betting and Parameter-Free Online Learning. NeurIPS 2016.
+# - A. Cutkosky, F. Orabona. Black-Box Reductions for Parameter-free Online Learning in
+#   Banach Spaces. COLT 2018.
+# - I. Gibbs, E. Candès. Adaptive Conformal Inference Under Distribution Shift.
+#   NeurIPS 2021.
+# - A. Bhatnagar, H. Wang, C. Xiong, Y. Bai. Improved Online Conformal Prediction via
+#   Strongly Adaptive Online Learning. ICML 2023.
+
+# %% tags=["remove-cell"]
+run.finish();

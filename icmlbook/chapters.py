@@ -1,0 +1,187 @@
+"""The book's chapters: discovery from ``_toc.yml``, parameters, validation.
+
+A chapter is ``book/chNN_slug.py`` (jupytext py:percent, the source of truth)
+paired with ``book/chNN_slug.ipynb`` (the same cells with a default-tier run's
+outputs). Its ``parameters``-tagged cell holds plain assignments with a comment
+each; its ``validate``-tagged cell checks them with :mod:`icmlbook.params`.
+"""
+from __future__ import annotations
+
+import ast
+import os
+import re
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+from icmlbook.params import ParameterError
+
+CHAPTER_RE = re.compile(r"^ch(\d\d)_([a-z0-9_]+)$")
+
+
+@dataclass(frozen=True)
+class Parameter:
+    name: str
+    default: Any
+    comment: str
+
+
+@dataclass(frozen=True)
+class Chapter:
+    number: str  # "05"
+    slug: str  # "conformal_betting"
+    part: str
+    root: Path = field(repr=False)
+
+    @property
+    def stem(self) -> str:
+        return f"ch{self.number}_{self.slug}"
+
+    @property
+    def py(self) -> Path:
+        return self.root / "book" / f"{self.stem}.py"
+
+    @property
+    def ipynb(self) -> Path:
+        return self.root / "book" / f"{self.stem}.ipynb"
+
+    @cached_property
+    def notebook(self) -> Any:
+        """The chapter's cells, read from the ``.py`` source (nbformat node)."""
+        import jupytext
+
+        return jupytext.read(self.py)
+
+    @property
+    def title(self) -> str:
+        for cell in self.notebook.cells:
+            if cell.cell_type == "markdown":
+                m = re.search(r"^#\s+(.+)$", cell.source, re.M)
+                if m:
+                    return m.group(1).strip()
+        return self.slug.replace("_", " ")
+
+    def cell(self, tag: str) -> str | None:
+        """Source of the first cell tagged ``tag``, or None."""
+        for c in self.notebook.cells:
+            if tag in c.get("metadata", {}).get("tags", []):
+                return c.source
+        return None
+
+    @property
+    def parameters(self) -> dict[str, Parameter]:
+        source = self.cell("parameters")
+        if source is None:
+            raise ValueError(f"{self.stem}: no cell tagged 'parameters'")
+        return parse_parameters(source)
+
+
+def book_root(start: str | Path | None = None) -> Path:
+    """The repository root: $ICMLBOOK_ROOT, else the nearest folder above ``start``
+    (default: the working directory, then this package) holding ``_toc.yml``."""
+    env = os.environ.get("ICMLBOOK_ROOT")
+    if env:
+        return Path(env).resolve()
+    candidates = [Path(start or Path.cwd()).resolve(), Path(__file__).resolve().parent]
+    for base in candidates:
+        for d in (base, *base.parents):
+            if (d / "_toc.yml").is_file() and (d / "book").is_dir():
+                return d
+    raise FileNotFoundError("cannot find the book (a folder with _toc.yml and book/); "
+                            "run from the repository or set ICMLBOOK_ROOT")
+
+
+def list_chapters(root: str | Path | None = None) -> list[Chapter]:
+    """Chapters in ``_toc.yml`` order, with the part (caption) each belongs to."""
+    import yaml
+
+    root = book_root(root)
+    toc = yaml.safe_load((root / "_toc.yml").read_text(encoding="utf-8"))
+    chapters = []
+    for part in toc.get("parts", []):
+        for entry in part.get("chapters", []) or []:
+            stem = Path(entry.get("file", "")).name
+            stem = stem.rsplit(".", 1)[0] if stem.endswith((".ipynb", ".py", ".md")) else stem
+            m = CHAPTER_RE.match(stem)
+            if m:
+                chapters.append(Chapter(m.group(1), m.group(2), part.get("caption", ""), root))
+    return chapters
+
+
+def resolve(name: str, chapters: list[Chapter]) -> Chapter:
+    """A chapter by number (``5``, ``05``), slug, ``05_slug`` or ``ch05_slug``."""
+    key = str(name).strip().lower().removesuffix(".py").removesuffix(".ipynb")
+    key = Path(key).name.removeprefix("ch")
+    for ch in chapters:
+        if key.isdigit() and int(key) == int(ch.number):
+            return ch
+        if key in (ch.slug, f"{ch.number}_{ch.slug}"):
+            return ch
+    valid = ", ".join(f"{c.number} ({c.slug})" for c in chapters) or "none yet"
+    raise LookupError(f"unknown chapter {name!r}; valid chapters: {valid}")
+
+
+def parse_parameters(source: str) -> dict[str, Parameter]:
+    """Names, literal defaults and trailing comments of a parameters cell."""
+    tree = ast.parse(source)
+    lines = source.splitlines()
+    params: dict[str, Parameter] = {}
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(
+                node.targets[0], ast.Name):
+            name = node.targets[0].id
+            try:
+                default = ast.literal_eval(node.value)
+            except ValueError as exc:
+                raise ValueError(f"parameter {name} needs a literal default") from exc
+            line = lines[node.lineno - 1]
+            comment = line.split("#", 1)[1].strip() if "#" in line else ""
+            params[name] = Parameter(name, default, comment)
+    return params
+
+
+def coerce(raw: Any, default: Any) -> Any:
+    """A command-line value as the type of the parameter's default, where that is clear."""
+    if not isinstance(raw, str):
+        return raw
+    text = raw.strip()
+    if isinstance(default, bool):
+        low = text.lower()
+        if low in ("true", "1", "yes"):
+            return True
+        if low in ("false", "0", "no"):
+            return False
+        return raw
+    if isinstance(default, str):
+        return raw
+    try:
+        value = ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        return raw
+    if isinstance(default, float) and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    return value
+
+
+def validate(chapter: Chapter, overrides: dict[str, Any]) -> dict[str, Any]:
+    """Check override names and values against the chapter; return the coerced overrides.
+
+    Raises :class:`ParameterError` for an unknown name or a value the chapter's
+    ``validate`` cell rejects (its own message). Runs in-process, no kernel.
+    """
+    params = chapter.parameters
+    unknown = [n for n in overrides if n not in params]
+    if unknown:
+        raise ParameterError(
+            f"chapter {chapter.number} ({chapter.slug}) has no parameter "
+            f"{', '.join(map(repr, unknown))}; its parameters are: {', '.join(params)}")
+    values = {n: coerce(v, params[n].default) for n, v in overrides.items()}
+    namespace: dict[str, Any] = {}
+    exec(compile(chapter.cell("parameters") or "", f"<{chapter.stem} parameters>", "exec"),
+         namespace)
+    namespace.update(values)
+    check = chapter.cell("validate")
+    if check is not None:
+        exec(compile(check, f"<{chapter.stem} validate>", "exec"), namespace)
+    return values

@@ -1,0 +1,70 @@
+"""Parameter checks for a chapter's validation cell.
+
+A chapter validates its parameters cell right after it, with these helpers.
+They raise :class:`ParameterError` with a message that names the parameter,
+the value and what is allowed. ``icmlbook run`` executes the parameters and
+validation cells in-process before any kernel starts, so the same message
+reaches a batch user with exit status 2. Keep that cell free of heavy imports.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from icmlbook.tiers import TIERS
+
+
+class ParameterError(ValueError):
+    """A chapter parameter has a value the chapter cannot run with."""
+
+
+def check_tier(tier: Any) -> str:
+    if tier not in TIERS:
+        raise ParameterError(f"tier must be one of {', '.join(TIERS)}; got {tier!r}")
+    return tier
+
+
+def check_int(name: str, value: Any, lo: int | None = None, hi: int | None = None) -> int:
+    """An integer in [lo, hi] (either bound may be None)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ParameterError(f"{name} must be an integer; got {value!r}")
+    _check_bounds(name, value, lo, hi)
+    return value
+
+
+def check_seed(seed: Any) -> int:
+    return check_int("seed", seed, 0, 2**31 - 1)
+
+
+def check_range(name: str, value: Any, lo: float | None = None, hi: float | None = None,
+                *, lo_open: bool = False, hi_open: bool = False) -> float:
+    """A real number in [lo, hi]; ``lo_open``/``hi_open`` exclude an end."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ParameterError(f"{name} must be a number; got {value!r}")
+    if value != value or value in (float("inf"), float("-inf")):
+        raise ParameterError(f"{name} must be finite; got {value!r}")
+    _check_bounds(name, value, lo, hi, lo_open, hi_open)
+    return float(value)
+
+
+def check_choice(name: str, value: Any, choices: Sequence[Any]) -> Any:
+    if value not in choices:
+        raise ParameterError(f"{name} must be one of {', '.join(map(repr, choices))}; got {value!r}")
+    return value
+
+
+def check_bool(name: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise ParameterError(f"{name} must be True or False; got {value!r}")
+    return value
+
+
+def _check_bounds(name, value, lo, hi, lo_open=False, hi_open=False) -> None:
+    low_bad = lo is not None and (value <= lo if lo_open else value < lo)
+    high_bad = hi is not None and (value >= hi if hi_open else value > hi)
+    if low_bad or high_bad:
+        left = "(" if lo_open else "["
+        right = ")" if hi_open else "]"
+        lo_s = "-inf" if lo is None else repr(lo)
+        hi_s = "inf" if hi is None else repr(hi)
+        raise ParameterError(f"{name} must be in {left}{lo_s}, {hi_s}{right}; got {value!r}")

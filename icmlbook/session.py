@@ -1,0 +1,198 @@
+"""A chapter's run: tier config, seeding, claim checks and the run record.
+
+    run = icmlbook.start("05_conformal_betting", tier=tier, seed=seed, params={...})
+    cfg = run.pick(smoke=dict(T=3000), default=dict(T=6000))
+    ...
+    run.claim("long-run validity", value=dev, op="<=", threshold=0.015,
+              statement="KT-ACI's long-run miscoverage is within 0.015 of alpha")
+    run.verdict()      # the robust verdict table; raises ClaimFailed at default/full
+    ...
+    run.finish()       # embeds the machine-readable record in the notebook
+"""
+from __future__ import annotations
+
+import json
+import math
+import operator
+import resource
+import sys
+import time
+from dataclasses import asdict, dataclass
+from types import SimpleNamespace
+from typing import Any
+
+from icmlbook.params import check_seed, check_tier
+from icmlbook.record import RECORD_MIME, RECORD_VERSION
+from icmlbook.tiers import ENFORCED_TIERS, configure_torch, pick, seed_everything
+
+_OPS = {"<=": operator.le, "<": operator.lt, ">=": operator.ge, ">": operator.gt}
+
+
+class ClaimFailed(AssertionError):
+    """One or more claim checks failed at a tier where claims are enforced."""
+
+
+@dataclass
+class Claim:
+    name: str
+    statement: str
+    value: float
+    op: str
+    threshold: float
+    passed: bool
+
+
+class Session:
+    """State of one chapter run. Create it with :func:`start`."""
+
+    def __init__(self, chapter: str, tier: str, seed: int, params: dict[str, Any] | None = None,
+                 threads: int = 1, torch: bool = True):
+        self.chapter = chapter
+        self.tier = check_tier(tier)
+        self.seed = check_seed(seed)
+        self.params = dict(params or {})
+        self.claims: list[Claim] = []
+        self.metrics: dict[str, Any] = {}
+        self.widget_seconds: float | None = None
+        self._t0 = time.perf_counter()
+        seed_everything(seed, torch=torch)
+        self.device = configure_torch(tier, threads) if torch else "cpu"
+
+    @property
+    def enforced(self) -> bool:
+        """Whether failed claims raise (default and full) or are only recorded (smoke)."""
+        return self.tier in ENFORCED_TIERS
+
+    def pick(self, **per_tier: dict[str, Any]) -> SimpleNamespace:
+        """This tier's config; see :func:`icmlbook.tiers.pick`."""
+        return pick(self.tier, **per_tier)
+
+    # -- claims ---------------------------------------------------------------
+    def claim(self, name: str, value: float, op: str, threshold: float, statement: str,
+              digits: int = 4) -> bool:
+        """Declare a claim check ``value op threshold`` and print its measurement.
+
+        The threshold is fixed in the chapter before the run; ``statement`` says
+        what the paper claims, at our scale. Returns whether it holds.
+        """
+        if op not in _OPS:
+            raise ValueError(f"claim {name!r}: op must be one of {list(_OPS)}; got {op!r}")
+        if any(c.name == name for c in self.claims):
+            raise ValueError(f"claim {name!r} declared twice")
+        value = float(value)
+        passed = bool(math.isfinite(value) and _OPS[op](value, threshold))
+        self.claims.append(Claim(name, statement, value, op, float(threshold), passed))
+        print(f"{'PASS' if passed else 'FAIL'}  {name}: measured {value:.{digits}g} "
+              f"(needs {op} {threshold:g})")
+        return passed
+
+    def metric(self, name: str, value: Any) -> Any:
+        """Record a key number (or small list/dict) in the run record."""
+        self.metrics[name] = _jsonable(value)
+        return value
+
+    def verdict(self) -> None:
+        """Print the verdict table (robust text only) and enforce the claims.
+
+        The table shows names, thresholds and verdicts, not the measured values
+        (printed by :meth:`claim`), so that nbval can compare it across machines.
+        At default/full a failed claim raises :class:`ClaimFailed`; at smoke it
+        is recorded only.
+        """
+        if len(self.claims) < 1:
+            raise ValueError("verdict(): no claims were declared")
+        width = max(len(c.name) for c in self.claims)
+        print(f"{'claim':<{width}}  {'needs':<12}  verdict")
+        for c in self.claims:
+            print(f"{c.name:<{width}}  {c.op + ' ' + format(c.threshold, 'g'):<12}  "
+                  f"{'PASS' if c.passed else 'FAIL'}")
+        n_ok = sum(c.passed for c in self.claims)
+        mode = "enforced" if self.enforced else "recorded, not enforced"
+        print(f"{n_ok}/{len(self.claims)} claims hold (tier {self.tier}: {mode})")
+        failed = [c for c in self.claims if not c.passed]
+        if failed and self.enforced:
+            self._emit_record()
+            detail = "; ".join(f"{c.name} (measured {c.value:.4g}, needs {c.op} {c.threshold:g})"
+                               for c in failed)
+            raise ClaimFailed(f"{len(failed)} claim(s) failed at tier {self.tier}, "
+                              f"seed {self.seed}: {detail}")
+
+    # -- record ---------------------------------------------------------------
+    def record(self) -> dict[str, Any]:
+        """The machine-readable record of this run (also embedded by :meth:`finish`)."""
+        n_ok = sum(c.passed for c in self.claims)
+        if not self.claims:
+            status = "no-claims"
+        elif n_ok == len(self.claims):
+            status = "passed"
+        else:
+            status = "failed" if self.enforced else "recorded"
+        return {
+            "icmlbook_record": RECORD_VERSION,
+            "chapter": self.chapter,
+            "tier": self.tier,
+            "seed": self.seed,
+            "params": _jsonable(self.params),
+            "device": self.device,
+            "seconds": round(time.perf_counter() - self._t0, 3),
+            "peak_rss_mb": round(_peak_rss_mb(), 1),
+            "widget_seconds": self.widget_seconds,
+            "status": status,
+            "claims": [asdict(c) for c in self.claims],
+            "metrics": self.metrics,
+        }
+
+    def finish(self) -> dict[str, Any]:
+        """Embed the record in the notebook as a display output and return it."""
+        return self._emit_record()
+
+    def _emit_record(self) -> dict[str, Any]:
+        rec = self.record()
+        n_ok = sum(c["passed"] for c in rec["claims"])
+        summary = (f"icmlbook record: chapter {rec['chapter']}, tier {rec['tier']}, "
+                   f"seed {rec['seed']}: {n_ok}/{len(rec['claims'])} claims hold")
+        try:
+            from IPython import get_ipython
+            from IPython.display import display
+
+            in_kernel = get_ipython() is not None
+        except ImportError:  # pragma: no cover - IPython comes with ipykernel
+            in_kernel = False
+        if in_kernel:
+            display({RECORD_MIME: rec, "text/plain": summary}, raw=True)
+        else:
+            print(summary)
+        return rec
+
+
+def start(chapter: str, tier: str = "default", seed: int = 0,
+          params: dict[str, Any] | None = None, threads: int = 1, torch: bool = True) -> Session:
+    """Begin a chapter run: validate tier and seed, seed every generator, set torch up.
+
+    ``threads``: torch CPU threads (1 is fastest for tiny models on 2 cores).
+    ``torch=False`` skips importing torch for chapters that do not use it.
+    """
+    return Session(chapter, tier, seed, params, threads=threads, torch=torch)
+
+
+def _peak_rss_mb() -> float:
+    """Peak resident memory of this process in MB (Linux reports KiB, macOS bytes)."""
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak / (1024 * 1024) if sys.platform == "darwin" else peak / 1024
+
+
+def _jsonable(value: Any) -> Any:
+    """Convert numpy/torch scalars and arrays to plain JSON types."""
+    try:
+        return json.loads(json.dumps(value))
+    except TypeError:
+        pass
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if hasattr(value, "tolist"):
+        return value.tolist()
+    if hasattr(value, "item"):
+        return value.item()
+    return repr(value)

@@ -1,0 +1,33 @@
+"""Helpers for the tests: load a chapter's definitions without running its experiment."""
+from __future__ import annotations
+
+import ast
+import types
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+BOOK = ROOT / "book"
+
+
+def chapter_defs(stem: str) -> types.ModuleType:
+    """The imports, functions, classes and ALL_CAPS constants of ``book/<stem>.py``.
+
+    Chapters keep their algorithms in functions that take what they need as
+    arguments, so unit tests can call them without executing the notebook's
+    experiment cells (which this skips).
+    """
+    path = BOOK / f"{stem}.py"
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    keep = []
+    for node in tree.body:
+        if isinstance(node, (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.ClassDef)):
+            keep.append(node)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            if all(isinstance(t, ast.Name) and t.id.isupper() for t in targets):
+                keep.append(node)
+    module = types.ModuleType(stem)
+    module.__file__ = str(path)
+    code = compile(ast.Module(body=keep, type_ignores=[]), str(path), "exec")
+    exec(code, module.__dict__)
+    return module

@@ -1,0 +1,282 @@
+"""Unit tests of the support library (no kernel)."""
+import json
+import subprocess
+import sys
+
+import pytest
+
+import icmlbook
+from icmlbook import chapters, params, progressbar, record, session, tiers, widgets
+
+
+def test_import_is_light():
+    code = ("import sys, icmlbook; heavy = [m for m in ('torch', 'matplotlib', 'ipywidgets', "
+            "'papermill') if m in sys.modules]; print(heavy)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def test_lazy_exports_and_unknown_attribute():
+    assert icmlbook.start is session.start
+    assert icmlbook.ParameterError is params.ParameterError
+    with pytest.raises(AttributeError):
+        icmlbook.no_such_thing  # noqa: B018
+
+
+# -- tiers -------------------------------------------------------------------
+def test_pick_falls_back_to_smaller_tier():
+    assert tiers.pick("full", smoke={"n": 1}, default={"n": 2}).n == 2
+    assert tiers.pick("smoke", smoke={"n": 1}, default={"n": 2}).n == 1
+    with pytest.raises(ValueError, match="no config"):
+        tiers.pick("smoke", default={"n": 2})
+    with pytest.raises(ValueError, match="unknown tier keys"):
+        tiers.pick("smoke", smoke={}, huge={})
+    with pytest.raises(params.ParameterError, match="tier must be one of"):
+        tiers.pick("huge", smoke={})
+
+
+def test_seed_everything_is_deterministic():
+    import random
+
+    import numpy as np
+    import torch
+
+    tiers.seed_everything(7)
+    a = (random.random(), np.random.rand(), torch.rand(1).item())
+    tiers.seed_everything(7)
+    assert a == (random.random(), np.random.rand(), torch.rand(1).item())
+
+
+def test_configure_torch_cpu_one_thread():
+    import torch
+
+    assert tiers.configure_torch("default") == "cpu"
+    assert torch.get_num_threads() == 1
+
+
+# -- params ------------------------------------------------------------------
+@pytest.mark.parametrize("call, message", [
+    (lambda: params.check_tier("huge"), "tier must be one of smoke, default, full"),
+    (lambda: params.check_seed(-1), r"seed must be in \[0, "),
+    (lambda: params.check_int("n", 2.5), "n must be an integer"),
+    (lambda: params.check_int("n", True), "n must be an integer"),
+    (lambda: params.check_int("n", 0, 1, 5), r"n must be in \[1, 5\]; got 0"),
+    (lambda: params.check_range("a", "x"), "a must be a number"),
+    (lambda: params.check_range("a", float("nan")), "a must be finite"),
+    (lambda: params.check_range("a", 0.0, 0.0, 1.0, lo_open=True), r"a must be in \(0.0, 1.0\]"),
+    (lambda: params.check_range("a", 2.0, None, 1.0), r"a must be in \[-inf, 1.0\]"),
+    (lambda: params.check_choice("m", "z", ["a", "b"]), "m must be one of 'a', 'b'; got 'z'"),
+    (lambda: params.check_bool("f", 1), "f must be True or False"),
+])
+def test_parameter_errors_are_clear(call, message):
+    with pytest.raises(params.ParameterError, match=message):
+        call()
+
+
+def test_parameter_checks_pass_good_values():
+    assert params.check_range("a", 1, 0, 1) == 1.0
+    assert params.check_int("n", 3, 1, 5) == 3
+    assert params.check_choice("m", "a", ["a"]) == "a"
+    assert params.check_bool("f", False) is False
+
+
+# -- session and claims ------------------------------------------------------
+def test_claims_enforced_at_default(capsys):
+    run = session.start("99_test", tier="default", seed=0, torch=False)
+    assert run.claim("good", 0.0123, "<=", 0.015, "a claim that holds")
+    assert not run.claim("bad", 3.0, ">=", 5.0, "a claim that fails")
+    with pytest.raises(session.ClaimFailed, match=r"bad \(measured 3, needs >= 5\)"):
+        run.verdict()
+    out = capsys.readouterr().out
+    assert "1/2 claims hold (tier default: enforced)" in out
+    table = out[out.index("claim  "):]
+    assert "0.0123" not in table  # the verdict table prints no measured values
+
+
+def test_claims_recorded_not_enforced_at_smoke(capsys):
+    run = session.start("99_test", tier="smoke", seed=1, torch=False)
+    run.claim("bad", float("nan"), "<=", 1.0, "NaN never passes")
+    run.verdict()  # does not raise
+    rec = run.record()
+    assert rec["status"] == "recorded" and rec["claims"][0]["passed"] is False
+    assert "recorded, not enforced" in capsys.readouterr().out
+
+
+def test_claim_validation():
+    run = session.start("99_test", tier="smoke", seed=0, torch=False)
+    with pytest.raises(ValueError, match="op must be one of"):
+        run.claim("x", 1, "==", 1, "")
+    run.claim("x", 1, "<=", 1, "")
+    with pytest.raises(ValueError, match="declared twice"):
+        run.claim("x", 1, "<=", 1, "")
+    with pytest.raises(ValueError, match="no claims"):
+        session.start("99_test", tier="smoke", seed=0, torch=False).verdict()
+
+
+def test_record_is_json_and_complete():
+    import numpy as np
+
+    run = session.start("99_test", tier="default", seed=3, params={"alpha": np.float64(0.1)},
+                        torch=False)
+    run.claim("c", np.float32(0.5), "<", 1, "statement")
+    run.metric("curve", np.arange(3))
+    rec = json.loads(json.dumps(run.record()))
+    assert rec["chapter"] == "99_test" and rec["tier"] == "default" and rec["seed"] == 3
+    assert rec["params"] == {"alpha": 0.1} and rec["metrics"] == {"curve": [0, 1, 2]}
+    assert rec["status"] == "passed" and rec["peak_rss_mb"] > 0 and rec["seconds"] >= 0
+    assert set(rec["claims"][0]) == {"name", "statement", "value", "op", "threshold", "passed"}
+
+
+def test_read_record_takes_the_last():
+    mime = record.RECORD_MIME
+    nb = {"cells": [
+        {"cell_type": "code", "outputs": [{"output_type": "display_data",
+                                           "data": {mime: {"n": 1}, "text/plain": "x"}}]},
+        {"cell_type": "markdown"},
+        {"cell_type": "code", "outputs": [{"output_type": "display_data",
+                                           "data": {mime: json.dumps({"n": 2})}}]},
+    ]}
+    assert record.read_record(nb) == {"n": 2}
+    assert record.read_record({"cells": []}) is None
+
+
+# -- progress ----------------------------------------------------------------
+def test_progress_headless_prints_a_few_lines(monkeypatch, capsys):
+    monkeypatch.setenv("ICMLBOOK_HEADLESS", "1")
+    bar = progressbar.progress(range(100), desc="train", lines=4)
+    total = 0
+    for i in bar:
+        bar.set_postfix(loss=1.0 / (i + 1))
+        total += i
+    assert total == sum(range(100))
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert len(lines) == 4 and lines[-1].startswith("train: 100/100") and "loss=0.01" in lines[-1]
+
+
+def test_progress_interactive_uses_tqdm(monkeypatch):
+    monkeypatch.delenv("ICMLBOOK_HEADLESS", raising=False)
+    bar = progressbar.progress(range(3), desc="x")
+    assert list(bar) == [0, 1, 2]
+    assert type(bar).__module__.startswith("tqdm")
+
+
+# -- widgets -----------------------------------------------------------------
+def test_extremes_of_each_control_kind():
+    import ipywidgets as W
+
+    assert widgets.extremes(W.IntSlider(value=3, min=1, max=9)) == [1, 9]
+    assert widgets.extremes(W.FloatLogSlider(value=1, base=10, min=-2, max=2)) == [0.01, 100.0]
+    assert widgets.extremes(W.Dropdown(options=[("a", 1), ("b", 2)])) == [1, 2]
+    assert widgets.extremes(W.Checkbox(value=True)) == [True, False]
+    assert widgets.extremes(W.SelectMultiple(options=["x", "y"])) == [("x",), ("x", "y")]
+
+
+def test_extreme_settings_visit_every_extreme():
+    import ipywidgets as W
+
+    controls = {"a": W.IntSlider(min=0, max=5), "m": W.Dropdown(options=["p", "q", "r"])}
+    settings = widgets.extreme_settings(controls)
+    assert {s["a"] for s in settings} == {0, 5}
+    assert {s["m"] for s in settings} == {"p", "q", "r"}
+
+
+def test_explore_exercises_extremes_and_reports_failures():
+    import ipywidgets as W
+
+    seen = []
+
+    def update(n, mode):
+        seen.append((n, mode))
+        if n == 10 and mode == "b":
+            raise ValueError("boom at the corner")
+
+    class Run:
+        tier = "smoke"
+        widget_seconds = None
+
+    controls = {"n": W.IntSlider(value=5, min=0, max=10), "mode": W.Dropdown(options=["a", "b"])}
+    with pytest.raises(RuntimeError, match="boom at the corner"):
+        widgets.explore(update, controls, run=Run())
+    assert (0, "a") in seen and (10, "b") in seen
+    assert controls["n"].value == 5 and seen[-1] == (5, "a")  # defaults restored
+
+    ok = Run()
+    widgets.explore(lambda n, mode: None, {"n": W.IntSlider(value=1, min=0, max=2),
+                                            "mode": W.Dropdown(options=["a"])}, run=ok)
+    assert ok.widget_seconds is not None
+
+
+def test_explore_renders_once_headless_when_not_smoke():
+    import ipywidgets as W
+
+    calls = []
+    run = type("Run", (), {"tier": "default", "widget_seconds": None})()
+    widgets.explore(lambda k: calls.append(k), {"k": W.IntSlider(value=2, min=0, max=4)}, run=run)
+    assert calls == [2]
+
+
+# -- plot and nn -------------------------------------------------------------
+def test_use_style_sets_modest_dpi():
+    import matplotlib as mpl
+
+    icmlbook.use_style(dpi=70)
+    assert mpl.rcParams["figure.dpi"] == 70 and mpl.rcParams["savefig.dpi"] == 70
+
+
+def test_mlp_shapes():
+    import torch
+
+    net = icmlbook.MLP(3, [8, 8], 2, act=torch.nn.Tanh)
+    assert net(torch.zeros(5, 3)).shape == (5, 2)
+    assert sum(isinstance(m, torch.nn.Tanh) for m in net) == 2
+
+
+# -- chapters ----------------------------------------------------------------
+def test_parse_parameters_and_coerce():
+    src = "tier = 'default'  # which tier\nseed = 0  # the seed\nlr = 0.1\nflag = True  # f\n"
+    p = chapters.parse_parameters(src)
+    assert list(p) == ["tier", "seed", "lr", "flag"]
+    assert p["tier"].comment == "which tier" and p["lr"].default == 0.1
+    assert chapters.coerce("2", 0.1) == 2.0 and isinstance(chapters.coerce("2", 0.1), float)
+    assert chapters.coerce("false", True) is False
+    assert chapters.coerce("3", "default") == "3"
+    assert chapters.coerce("abc", 1) == "abc"  # left for the chapter's check to reject
+    with pytest.raises(ValueError, match="literal default"):
+        chapters.parse_parameters("x = compute()")
+
+
+def test_resolve_chapters():
+    chs = chapters.list_chapters()
+    ch05 = chapters.resolve("5", chs)
+    assert ch05.slug == "conformal_betting"
+    for name in ("05", "conformal_betting", "05_conformal_betting", "ch05_conformal_betting",
+                 "book/ch05_conformal_betting.py"):
+        assert chapters.resolve(name, chs) is ch05
+    with pytest.raises(LookupError, match="valid chapters: .*05 \\(conformal_betting\\)"):
+        chapters.resolve("99", chs)
+
+
+def test_validate_runs_the_chapters_own_checks():
+    ch05 = chapters.resolve("5", chapters.list_chapters())
+    assert chapters.validate(ch05, {"alpha": "0.2"}) == {"alpha": 0.2}
+    with pytest.raises(params.ParameterError, match="no parameter 'nope'"):
+        chapters.validate(ch05, {"nope": 1})
+    with pytest.raises(params.ParameterError, match=r"alpha must be in \(0.0, 0.5\]"):
+        chapters.validate(ch05, {"alpha": "0.9"})
+
+
+def test_runner_clean_strips_noise():
+    import nbformat
+
+    from icmlbook.runner import clean
+
+    nb = nbformat.v4.new_notebook()
+    nb.metadata["papermill"] = {"x": 1}
+    cell = nbformat.v4.new_code_cell("1")
+    cell.metadata.update({"papermill": {}, "execution": {}, "tags": []})
+    keep = nbformat.v4.new_code_cell("2")
+    keep.metadata["tags"] = ["parameters"]
+    nb.cells = [cell, keep]
+    clean(nb)
+    assert "papermill" not in nb.metadata and dict(cell.metadata) == {}
+    assert keep.metadata["tags"] == ["parameters"]

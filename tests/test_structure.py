@@ -1,0 +1,158 @@
+"""Structure of the book: table of contents, pairs in sync, committed notebooks clean."""
+import json
+import re
+import tomllib
+from pathlib import Path
+
+import jupytext
+import nbformat
+import pytest
+import yaml
+from helpers import BOOK, ROOT
+
+from icmlbook.chapters import list_chapters
+from icmlbook.record import read_record
+
+# Fixed chapter numbers and slugs (the design; see README's chapter table).
+SLUGS = {
+    "01": "representation_universality", "02": "smooth_tchebycheff",
+    "03": "riemannian_descent", "04": "federated_bandits", "05": "conformal_betting",
+    "06": "density_softmax", "07": "bilevel_positions", "08": "skew_kl_distillation",
+    "09": "degeneration_free_rl", "10": "score_matching_gans", "11": "diffusion_backdoors",
+    "12": "efficient_gan_editing", "13": "modality_alignment",
+    "14": "causal_time_series_adaptation", "15": "multitask_grouping", "16": "marl_influence",
+    "17": "in_context_posterior_sampling", "18": "routing_moe", "19": "spike_distance",
+}
+PARTS = {"I": ("01", "04"), "II": ("05", "06"), "III": ("07", "09"), "IV": ("10", "12"),
+         "V": ("13", "15"), "VI": ("16", "18"), "VII": ("19", "19")}
+MAX_NOTEBOOK_BYTES = int(1.5 * 2**20)
+NOISE_KEYS = {"papermill", "execution", "ExecuteTime"}
+
+SOURCES = sorted(BOOK.glob("ch*.py"))
+CHAPTERS = list_chapters(ROOT)
+IDS = [c.stem for c in CHAPTERS]
+
+
+def test_toc_and_sources_agree():
+    in_toc = {c.stem for c in CHAPTERS}
+    on_disk = {p.stem for p in SOURCES}
+    assert in_toc == on_disk, f"only in _toc.yml: {in_toc - on_disk}; only in book/: {on_disk - in_toc}"
+    assert len(IDS) == len(set(IDS))
+    assert CHAPTERS, "no chapters"
+
+
+def test_numbers_slugs_and_parts_are_the_fixed_ones():
+    for ch in CHAPTERS:
+        assert SLUGS.get(ch.number) == ch.slug, f"{ch.stem}: chapter {ch.number} is {SLUGS.get(ch.number)}"
+        roman = ch.part.split(".")[0]
+        lo, hi = PARTS[roman]
+        assert lo <= ch.number <= hi, f"{ch.stem} is listed under part {ch.part}"
+    numbers = [c.number for c in CHAPTERS]
+    assert numbers == sorted(numbers), "chapters out of order in _toc.yml"
+
+
+def test_every_notebook_has_its_source():
+    for nb in BOOK.glob("ch*.ipynb"):
+        assert nb.with_suffix(".py").exists(), f"{nb.name} has no .py source"
+
+
+@pytest.mark.parametrize("ch", CHAPTERS, ids=IDS)
+def test_pair_in_sync(ch):
+    assert ch.ipynb.exists(), f"{ch.ipynb.name} is missing: run `make execute CH={ch.number}`"
+    src = jupytext.read(ch.py)
+    nb = nbformat.read(ch.ipynb, as_version=4)
+    a = [(c.cell_type, c.source.strip()) for c in src.cells]
+    b = [(c.cell_type, c.source.strip()) for c in nb.cells]
+    assert a == b, f"{ch.stem}: .py and .ipynb differ: re-run `make execute CH={ch.number}`"
+    tags_a = [c.metadata.get("tags", []) for c in src.cells]
+    tags_b = [c.metadata.get("tags", []) for c in nb.cells]
+    assert tags_a == tags_b, f"{ch.stem}: cell tags differ between .py and .ipynb"
+
+
+@pytest.mark.parametrize("ch", CHAPTERS, ids=IDS)
+def test_parameters_and_validation_cells(ch):
+    params = ch.parameters
+    assert params["tier"].default == "default" and params["seed"].default == 0
+    for p in params.values():
+        assert p.comment, f"{ch.stem}: parameter {p.name} has no one-line comment"
+    assert ch.cell("validate") is not None, f"{ch.stem}: no cell tagged 'validate'"
+    first_code = next(c for c in ch.notebook.cells if c.cell_type == "code")
+    assert "parameters" in first_code.metadata.get("tags", []), "parameters must be the first code cell"
+
+
+@pytest.mark.parametrize("ch", CHAPTERS, ids=IDS)
+def test_kernelspec(ch):
+    for nb in (jupytext.read(ch.py), nbformat.read(ch.ipynb, as_version=4)):
+        assert nb.metadata.get("kernelspec", {}).get("name") == "python3"
+
+
+@pytest.mark.parametrize("ch", CHAPTERS, ids=IDS)
+def test_committed_notebook_is_clean_executed_and_small(ch):
+    raw = ch.ipynb.read_bytes()
+    assert len(raw) <= MAX_NOTEBOOK_BYTES, f"{ch.ipynb.name} is {len(raw) / 2**20:.2f} MB"
+    nb = nbformat.read(ch.ipynb, as_version=4)
+    nbformat.validate(nb)
+    assert "papermill" not in nb.metadata
+    for i, cell in enumerate(nb.cells):
+        assert not NOISE_KEYS & set(cell.metadata), f"cell {i}: papermill/nbclient metadata"
+        assert cell.metadata.get("tags", None) != [], f"cell {i}: empty tags"
+        if cell.cell_type == "code":
+            assert cell.execution_count is not None, f"cell {i} was not executed"
+            errors = [o for o in cell.outputs if o.output_type == "error"]
+            assert not errors, f"cell {i} has an error output"
+    checked = [c for c in nb.cells if c.cell_type == "code" and "NBVAL_CHECK_OUTPUT" in c.source]
+    assert checked, "the verdict cell must carry # NBVAL_CHECK_OUTPUT"
+
+
+@pytest.mark.parametrize("ch", CHAPTERS, ids=IDS)
+def test_committed_record_is_default_seed0_and_passes(ch):
+    rec = read_record(ch.ipynb)
+    assert rec is not None, "no icmlbook record: end the chapter with run.finish()"
+    assert rec["tier"] == "default" and rec["seed"] == 0
+    assert rec["status"] == "passed", rec["claims"]
+    assert len(rec["claims"]) >= 2
+
+
+def _requirements(specs):
+    out = {}
+    for spec in specs:
+        m = re.match(r"^\s*([A-Za-z0-9_.\-]+)\s*(.*)$", spec)
+        out[m.group(1).lower().replace("_", "-")] = m.group(2).replace(" ", "")
+    return out
+
+
+def test_environment_yml_matches_pyproject():
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    pip_deps = _requirements(project["dependencies"])
+    env = yaml.safe_load((ROOT / "environment.yml").read_text())
+    conda = [d for d in env["dependencies"] if isinstance(d, str)]
+    pip_section = [d for d in env["dependencies"] if isinstance(d, dict)]
+    assert pip_section and "-e ." in pip_section[0]["pip"], "environment.yml must pip install -e ."
+    conda_deps = _requirements(conda)
+    conda_deps.pop("python"), conda_deps.pop("pip")
+    if "pytorch-cpu" in conda_deps:
+        conda_deps["torch"] = conda_deps.pop("pytorch-cpu")
+    assert conda_deps == pip_deps
+    assert "conda-forge" in env["channels"]
+
+
+def test_toc_and_config():
+    toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
+    assert toc["format"] == "jb-book" and toc["root"] == "book/intro"
+    cfg = yaml.safe_load((ROOT / "_config.yml").read_text())
+    assert cfg["execute"]["execute_notebooks"] == "off"
+    assert cfg["only_build_toc_files"] is True
+    assert cfg["launch_buttons"]["notebook_interface"] == "jupyterlab"
+    assert (ROOT / "jupytext.toml").read_text().count('formats = "ipynb,py:percent"') == 1
+
+
+def test_intro_links_every_landed_chapter():
+    intro = (BOOK / "intro.md").read_text()
+    for ch in CHAPTERS:
+        assert f"({ch.stem}.ipynb)" in intro, f"intro.md does not link {ch.stem}"
+
+
+def test_ci_calls_make_test():
+    assert "make test" in (ROOT / ".ci" / "run").read_text()
+    readme = (ROOT / "README.md").read_text()
+    assert "make test" in readme and "make book" in readme
