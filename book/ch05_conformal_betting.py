@@ -71,9 +71,12 @@ run = icmlbook.start("05_conformal_betting", tier=tier, seed=seed, torch=False,
                      params=dict(alpha=alpha, initial_wealth=initial_wealth, window=window))
 icmlbook.use_style()
 cfg = run.pick(
-    smoke=dict(T=3000, widget_T=800, eta_grid=9, validity_tol=0.025),
-    default=dict(T=6000, widget_T=2000, eta_grid=17, validity_tol=0.015),
-    full=dict(T=20000, widget_T=4000, eta_grid=33, validity_tol=0.010),
+    smoke=dict(T=3000, rate_T=5000, rate_reps=2, widget_T=800, eta_grid=9,
+               validity_tol=0.025),
+    default=dict(T=6000, rate_T=50000, rate_reps=8, widget_T=2000, eta_grid=17,
+                 validity_tol=0.015),
+    full=dict(T=20000, rate_T=200000, rate_reps=20, widget_T=4000, eta_grid=33,
+              validity_tol=0.010),
 )
 ALPHAS = (0.05, 0.1, 0.2)  # miscoverage levels of the claim sweep
 SCALES = (0.01, 1.0, 100.0)  # score-scale multipliers of the claim sweep
@@ -377,6 +380,40 @@ for name, d in local_dev.items():
 run.metric("local_coverage_deviation", local_dev)
 
 # %% [markdown]
+# ### The rate of Eq. 7
+#
+# Eq. 7 promises that the long-run gap shrinks like $\sqrt{\log T / T}$. We run KT on
+# several independent streams of length `rate_T` (same changepoint pattern, stretched)
+# and follow the running gap $|\frac1t\sum_{i\le t}\mathrm{err}_i - \alpha|$ over time.
+# Eq. 7 is an upper bound: a log-log slope of $-\tfrac12$ or steeper is consistent
+# with it. Each changepoint leaves a visible kink (a burst of misses when the noise
+# jumps up, of over-coverage when it drops), which the running mean then dilutes.
+
+# %%
+rate_scores = np.stack([ar1_changepoint_scores(cfg.rate_T, rng)[0]
+                        for _ in range(cfg.rate_reps)], axis=1)  # (rate_T, reps)
+rate_r = kt_aci(rate_scores, alpha, initial_wealth)[0]
+t_axis = np.arange(1, cfg.rate_T + 1)
+running_gap = np.abs(np.cumsum(rate_scores > rate_r, axis=0) / t_axis[:, None] - alpha)
+mean_gap = running_gap.mean(axis=1)
+late = t_axis >= cfg.rate_T // 100  # fit the slope past the first percent of the stream
+slope = np.polyfit(np.log(t_axis[late]), np.log(mean_gap[late]), 1)[0]
+
+fig, ax = plt.subplots(figsize=(5, 3))
+ax.loglog(t_axis, running_gap, lw=0.3, color="0.75")
+ax.loglog(t_axis, mean_gap, color="C0", label=f"KT, mean of {cfg.rate_reps} streams")
+ref = np.sqrt(np.log(t_axis + 1) / t_axis)
+anchor = cfg.rate_T // 100
+ax.loglog(t_axis, ref * mean_gap[anchor] / ref[anchor], "k--", lw=1,
+          label=r"$\propto\sqrt{\log T / T}$")
+ax.set(xlabel="T", ylabel=r"$|\overline{\mathrm{err}}_T - \alpha|$", ylim=(1e-4, 1))
+ax.legend()
+plt.show()
+print(f"fitted log-log slope of the mean gap over t >= {cfg.rate_T // 100}: {slope:.2f} "
+      f"(Eq. 7: about -0.5)")
+run.metric("rate_slope", float(slope))
+
+# %% [markdown]
 # ### The sweep: three scales and three miscoverage levels
 #
 # Now every combination of score scale $\{0.01, 1, 100\}$ and $\alpha \in \{0.05, 0.1,
@@ -425,23 +462,28 @@ for row in rows:
 # above every score, but the interval is uselessly wide.
 
 # %%
+def moving_mean(x, w=100):
+    """Mean over a sliding window of w steps (for display: OGD's radius oscillates)."""
+    return np.convolve(x, np.ones(w) / w, mode="valid")
+
+
 fragility = {}
 fig, axes = plt.subplots(1, 3, figsize=(7.5, 2.6), sharey=True)
 for ax, scale in zip(axes, SCALES):
     sc = base_scores * scale
     kt_s = kt_aci(sc, 0.1, initial_wealth)[0]
-    ax.plot(sc / scale, lw=0.3, color="0.75")
+    ax.plot(moving_mean(sc) / scale, lw=0.8, color="0.6", label="score")
     for i, eta in enumerate((0.1, 1.0)):
         r = ogd_aci(sc, 0.1, eta)
         fragility[(scale, eta)] = (float(miscoverage_gap(sc, r, 0.1)),
                                    float(np.median(np.maximum(r, 0)) /
                                          np.median(np.maximum(kt_s, 0))))
-        ax.plot(np.maximum(r, 1e-3 * scale) / scale, lw=1, color=f"C{i + 1}",
+        ax.plot(moving_mean(np.maximum(r, 0)) / scale, lw=1, color=f"C{i + 1}",
                 label=f"OGD $\\eta$={eta:g}")
-    ax.plot(np.maximum(kt_s, 1e-3 * scale) / scale, lw=1, color="C0", label="KT", zorder=4)
+    ax.plot(moving_mean(np.maximum(kt_s, 0)) / scale, lw=1.2, color="C0", label="KT", zorder=4)
     ax.set(title=f"scale {scale:g}", xlabel="t", yscale="log", ylim=(0.05, 300))
-axes[0].set_ylabel("radius / scale")
-axes[0].legend(loc="upper left")
+axes[0].set_ylabel("radius / scale\n(100-step mean)")
+axes[0].legend(loc="upper left", ncol=2)
 plt.show()
 for (scale, eta), (gap, ratio) in fragility.items():
     print(f"scale {scale:>6g}, OGD eta {eta:>4g}: miscoverage gap {gap:.3f}, "
