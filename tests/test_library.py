@@ -280,3 +280,17 @@ def test_runner_clean_strips_noise():
     clean(nb)
     assert "papermill" not in nb.metadata and dict(cell.metadata) == {}
     assert keep.metadata["tags"] == ["parameters"]
+
+
+def test_bench_report_flags_over_budget():
+    from icmlbook import bench
+
+    row = {"chapter": "05 x", "tier": "smoke", "ok": True, "seconds": 20.0, "budget": 15.0,
+           "peak_mb": 200.0, "widget_s": 0.3, "nb_mb": 0.3, "committed_mb": 0.3,
+           "claims": "5/5", "error": None}
+    assert bench._over(row)
+    assert not bench._over({**row, "seconds": 10.0})
+    assert bench._over({**row, "seconds": 10.0, "peak_mb": 2000.0})
+    assert bench._over({**row, "seconds": 10.0, "committed_mb": 2.0})
+    lines = bench._markdown([row, {**row, "seconds": 10.0}])
+    assert lines[-2].endswith("| no |") and lines[-1].endswith("| yes |")
