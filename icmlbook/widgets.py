@@ -45,13 +45,13 @@ def extreme_settings(controls: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def explore(update: Callable[..., Any], controls: dict[str, Any], *, run: Any = None,
-            exercise: bool | None = None, title: str | None = None) -> Any:
+            exercise: bool | None = None, title: str | None = None) -> None:
     """Show ``controls`` (name -> ipywidget) and call ``update(**values)`` on every change.
 
     ``update`` draws with matplotlib and ends with ``plt.show()``. ``exercise``
     (default: ``run.tier == "smoke"``) moves each control through
     :func:`extremes` and raises if any value makes ``update`` fail.
-    Returns the container widget.
+    Returns None, so that a cell ending with ``explore(...)`` shows the view once.
     """
     import ipywidgets as W
     from IPython.display import display
@@ -105,4 +105,3 @@ def explore(update: Callable[..., Any], controls: dict[str, Any], *, run: Any = 
         raise RuntimeError("the widget failed with its defaults: " + errors[0])
     if run is not None:
         run.widget_seconds = round(slowest[0], 3)
-    return box
