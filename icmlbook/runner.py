@@ -69,6 +69,19 @@ def clean(nb: Any) -> Any:
     return nb
 
 
+def _kernel_manager_class() -> Any:
+    """A kernel manager on local IPC sockets: no TCP ports, and no kernel warning
+    about unencrypted TCP on every run."""
+    from jupyter_client.manager import AsyncKernelManager
+
+    class IPCKernelManager(AsyncKernelManager):
+        def __init__(self, **kwargs: Any):
+            kwargs.setdefault("transport", "ipc")
+            super().__init__(**kwargs)
+
+    return IPCKernelManager
+
+
 def execute(chapter: Chapter, tier: str, seed: int, params: dict[str, Any], out_dir: Path,
             inplace: bool = False) -> Result:
     """Run one chapter headless with papermill; never raises for a failing chapter."""
@@ -89,7 +102,8 @@ def execute(chapter: Chapter, tier: str, seed: int, params: dict[str, Any], out_
         t0 = time.perf_counter()
         try:
             pm.execute_notebook(str(src), str(executed), parameters=inject, kernel_name="python3",
-                                progress_bar=False, log_output=False, cwd=str(chapter.py.parent))
+                                progress_bar=False, log_output=False, cwd=str(chapter.py.parent),
+                                kernel_manager_class=_kernel_manager_class())
             result.ok = True
         except pm.PapermillExecutionError as exc:
             result.error = _describe(exc)
