@@ -69,14 +69,16 @@ def clean(nb: Any) -> Any:
     return nb
 
 
-def _kernel_manager_class() -> Any:
-    """A kernel manager on local IPC sockets: no TCP ports, and no kernel warning
-    about unencrypted TCP on every run."""
+def _kernel_manager_class(socket_dir: str) -> Any:
+    """A kernel manager on local IPC sockets in ``socket_dir`` (one folder per run, so
+    parallel kernels never share a socket): no TCP ports, and no kernel warning about
+    unencrypted TCP on every run."""
     from jupyter_client.manager import AsyncKernelManager
 
     class IPCKernelManager(AsyncKernelManager):
         def __init__(self, **kwargs: Any):
             kwargs.setdefault("transport", "ipc")
+            kwargs.setdefault("ip", str(Path(socket_dir) / "kernel"))
             super().__init__(**kwargs)
 
     return IPCKernelManager
@@ -103,7 +105,7 @@ def execute(chapter: Chapter, tier: str, seed: int, params: dict[str, Any], out_
         try:
             pm.execute_notebook(str(src), str(executed), parameters=inject, kernel_name="python3",
                                 progress_bar=False, log_output=False, cwd=str(chapter.py.parent),
-                                kernel_manager_class=_kernel_manager_class())
+                                kernel_manager_class=_kernel_manager_class(tmp))
             result.ok = True
         except pm.PapermillExecutionError as exc:
             result.error = _describe(exc)
