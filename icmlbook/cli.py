@@ -56,6 +56,8 @@ def _parser() -> argparse.ArgumentParser:
                      "book/chNN_slug.ipynb (default tier, seed 0, no -p only)")
     run.add_argument("--jobs", type=int, default=1, help="kernels at once (default: 1)")
     run.add_argument("--json", metavar="FILE", help="write the collected records here")
+    run.add_argument("-v", "--verbose", action="store_true", help="stream each chapter's "
+                     "printed output (progress lines) while it runs (with --jobs 1)")
     run.set_defaults(func=cmd_run)
 
     bench = sub.add_parser("bench", help="time chapters at smoke and default against budgets")
@@ -136,7 +138,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         params.pop("tier"), params.pop("seed")
         jobs.append((ch, args.tier, args.seed, params))
     out = Path(args.out)
-    results = run_many(jobs, out, args.inplace, workers=args.jobs)
+    results = run_many(jobs, out, args.inplace, workers=args.jobs, verbose=args.verbose)
     _table(results)
     if args.json:
         Path(args.json).write_text(json.dumps([r.as_json() for r in results], indent=2) + "\n")

@@ -4,6 +4,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import os
+import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -85,8 +86,10 @@ def _kernel_manager_class(socket_dir: str) -> Any:
 
 
 def execute(chapter: Chapter, tier: str, seed: int, params: dict[str, Any], out_dir: Path,
-            inplace: bool = False) -> Result:
-    """Run one chapter headless with papermill; never raises for a failing chapter."""
+            inplace: bool = False, verbose: bool = False) -> Result:
+    """Run one chapter headless with papermill; never raises for a failing chapter.
+
+    ``verbose`` streams the chapter's printed output (its progress lines) as it runs."""
     import nbformat
     import papermill as pm
 
@@ -104,7 +107,9 @@ def execute(chapter: Chapter, tier: str, seed: int, params: dict[str, Any], out_
         t0 = time.perf_counter()
         try:
             pm.execute_notebook(str(src), str(executed), parameters=inject, kernel_name="python3",
-                                progress_bar=False, log_output=False, cwd=str(chapter.py.parent),
+                                progress_bar=False, log_output=verbose,
+                                stdout_file=sys.stdout if verbose else None,
+                                cwd=str(chapter.py.parent),
                                 kernel_manager_class=_kernel_manager_class(tmp))
             result.ok = True
         except pm.PapermillExecutionError as exc:
@@ -132,7 +137,7 @@ def _describe(exc: Any) -> str:
 
 
 def run_many(jobs: list[tuple[Chapter, str, int, dict[str, Any]]], out_dir: Path, inplace: bool,
-             workers: int = 1) -> list[Result]:
+             workers: int = 1, verbose: bool = False) -> list[Result]:
     """Execute several chapters, ``workers`` kernels at a time, printing progress lines."""
     from concurrent.futures import ProcessPoolExecutor
 
@@ -149,7 +154,7 @@ def run_many(jobs: list[tuple[Chapter, str, int, dict[str, Any]]], out_dir: Path
     if workers <= 1 or len(jobs) == 1:
         for ch, tier, seed, params in jobs:
             announce(ch, tier, seed)
-            results.append(execute(ch, tier, seed, params, out_dir, inplace))
+            results.append(execute(ch, tier, seed, params, out_dir, inplace, verbose))
             report(results[-1])
         return results
     with ProcessPoolExecutor(max_workers=workers) as pool:
