@@ -2,7 +2,8 @@
 
 A chapter validates its parameters cell right after it, with these helpers.
 They raise :class:`ParameterError` with a message that names the parameter,
-the value and what is allowed. ``icmlbook run`` executes the parameters and
+the value and what is allowed, and return None (so the validation cell shows no
+output). ``icmlbook run`` executes the parameters and
 validation cells in-process before any kernel starts, so the same message
 reaches a batch user with exit status 2. Keep that cell free of heavy imports.
 """
@@ -18,45 +19,40 @@ class ParameterError(ValueError):
     """A chapter parameter has a value the chapter cannot run with."""
 
 
-def check_tier(tier: Any) -> str:
+def check_tier(tier: Any) -> None:
     if tier not in TIERS:
         raise ParameterError(f"tier must be one of {', '.join(TIERS)}; got {tier!r}")
-    return tier
 
 
-def check_int(name: str, value: Any, lo: int | None = None, hi: int | None = None) -> int:
+def check_int(name: str, value: Any, lo: int | None = None, hi: int | None = None) -> None:
     """An integer in [lo, hi] (either bound may be None)."""
     if isinstance(value, bool) or not isinstance(value, int):
         raise ParameterError(f"{name} must be an integer; got {value!r}")
     _check_bounds(name, value, lo, hi)
-    return value
 
 
-def check_seed(seed: Any) -> int:
-    return check_int("seed", seed, 0, 2**31 - 1)
+def check_seed(seed: Any) -> None:
+    check_int("seed", seed, 0, 2**31 - 1)
 
 
 def check_range(name: str, value: Any, lo: float | None = None, hi: float | None = None,
-                *, lo_open: bool = False, hi_open: bool = False) -> float:
+                *, lo_open: bool = False, hi_open: bool = False) -> None:
     """A real number in [lo, hi]; ``lo_open``/``hi_open`` exclude an end."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ParameterError(f"{name} must be a number; got {value!r}")
     if value != value or value in (float("inf"), float("-inf")):
         raise ParameterError(f"{name} must be finite; got {value!r}")
     _check_bounds(name, value, lo, hi, lo_open, hi_open)
-    return float(value)
 
 
-def check_choice(name: str, value: Any, choices: Sequence[Any]) -> Any:
+def check_choice(name: str, value: Any, choices: Sequence[Any]) -> None:
     if value not in choices:
         raise ParameterError(f"{name} must be one of {', '.join(map(repr, choices))}; got {value!r}")
-    return value
 
 
-def check_bool(name: str, value: Any) -> bool:
+def check_bool(name: str, value: Any) -> None:
     if not isinstance(value, bool):
         raise ParameterError(f"{name} must be True or False; got {value!r}")
-    return value
 
 
 def _check_bounds(name, value, lo, hi, lo_open=False, hi_open=False) -> None:

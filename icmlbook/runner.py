@@ -15,6 +15,9 @@ from icmlbook.chapters import Chapter
 from icmlbook.record import read_record
 
 NOISE_CELL_KEYS = ("papermill", "execution", "ExecuteTime", "collapsed", "scrolled")
+# The kernel logs only errors: ipykernel otherwise warns on every start that local TCP
+# is unencrypted, which buries the runner's own progress lines.
+KERNEL_ARGS = ["--IPKernelApp.log_level=ERROR"]
 
 
 @dataclass
@@ -70,21 +73,6 @@ def clean(nb: Any) -> Any:
     return nb
 
 
-def _kernel_manager_class(socket_dir: str) -> Any:
-    """A kernel manager on local IPC sockets in ``socket_dir`` (one folder per run, so
-    parallel kernels never share a socket): no TCP ports, and no kernel warning about
-    unencrypted TCP on every run."""
-    from jupyter_client.manager import AsyncKernelManager
-
-    class IPCKernelManager(AsyncKernelManager):
-        def __init__(self, **kwargs: Any):
-            kwargs.setdefault("transport", "ipc")
-            kwargs.setdefault("ip", str(Path(socket_dir) / "kernel"))
-            super().__init__(**kwargs)
-
-    return IPCKernelManager
-
-
 def execute(chapter: Chapter, tier: str, seed: int, params: dict[str, Any], out_dir: Path,
             inplace: bool = False, verbose: bool = False) -> Result:
     """Run one chapter headless with papermill; never raises for a failing chapter.
@@ -109,8 +97,7 @@ def execute(chapter: Chapter, tier: str, seed: int, params: dict[str, Any], out_
             pm.execute_notebook(str(src), str(executed), parameters=inject, kernel_name="python3",
                                 progress_bar=False, log_output=verbose,
                                 stdout_file=sys.stdout if verbose else None,
-                                cwd=str(chapter.py.parent),
-                                kernel_manager_class=_kernel_manager_class(tmp))
+                                cwd=str(chapter.py.parent), extra_arguments=KERNEL_ARGS)
             result.ok = True
         except pm.PapermillExecutionError as exc:
             result.error = _describe(exc)

@@ -47,9 +47,9 @@ class Session:
 
     def __init__(self, chapter: str, tier: str, seed: int, params: dict[str, Any] | None = None,
                  threads: int = 1, torch: bool = True):
-        self.chapter = chapter
-        self.tier = check_tier(tier)
-        self.seed = check_seed(seed)
+        check_tier(tier)
+        check_seed(seed)
+        self.chapter, self.tier, self.seed = chapter, tier, seed
         self.params = dict(params or {})
         self.claims: list[Claim] = []
         self.metrics: dict[str, Any] = {}
