@@ -210,3 +210,10 @@ def test_claim4_holds_and_fails_with_one_play_per_query(default_problem):
     broken = [ch.cmamab(G, 4, int(T), m, 20, rng, plays=1)["f_omega"] / f_opt
               for T in HORIZONS[2:] for m in (1,) for _ in range(10)]
     assert min(broken) < 0.96
+
+
+def test_bundled_digits_are_sklearns():
+    from sklearn.datasets import load_digits
+    X, y = load_digits(return_X_y=True)
+    X2, y2 = ch.load_digits_csv()
+    assert np.array_equal(X, X2) and np.array_equal(y, y2)
