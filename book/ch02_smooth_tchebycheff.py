@@ -383,35 +383,40 @@ print(f"hypervolume of the whole concave front (4001 points): {hv_true:.4f}")
 # know its TCH gap exactly.
 
 # %%
-gen = torch.Generator().manual_seed(seed)
-x0 = 0.3 * torch.randn(cfg.n_starts, 1, DIM, generator=gen, dtype=torch.float64)
-x0 = x0.expand(cfg.n_starts, N_PREFS, DIM)  # (S, P, d): one start shared by all preferences
-tch_star = [tch_optimum(concave_front, lam) for lam in preferences.numpy()]
-g_star = np.array([g for _, g in tch_star])  # (P,) exact min of g^TCH per preference
-f_star = concave_front(np.array([t for t, _ in tch_star]))  # (P, 2) exact TCH points
+def starting_points(seed_, n_starts, n_prefs=N_PREFS, d=DIM):
+    """n_starts points x0 ~ 0.3 N(0, I), each shared by all preferences: shape (S, P, d)."""
+    gen = torch.Generator().manual_seed(seed_)
+    x0_ = 0.3 * torch.randn(n_starts, 1, d, generator=gen, dtype=torch.float64)
+    return x0_.expand(n_starts, n_prefs, d)
 
 
-def run_method(method, mu_=mu, opt=optimizer, lr_=lr, steps=cfg.steps, scalarizer=scalarize):
-    """Solve all preferences and starts; return objective values along the way (T, S, P, 2)."""
-    traj = solve(concave_objectives, preferences, x0, method, mu_, opt, lr_, steps,
-                 scalarizer=scalarizer)
+def objective_history(x0_, lam, method, mu_, opt, lr_, steps, scalarizer=scalarize):
+    """Solve every (start, preference) on the concave problem; objectives per step (T, S, P, 2)."""
+    traj = solve(concave_objectives, lam, x0_, method, mu_, opt, lr_, steps, scalarizer=scalarizer)
     return concave_objectives(traj).numpy()
 
 
+def summarise(F_final, lam, g_star_):
+    """Worst case over starting points (F_final is (S, P, 2)) of: distinct solutions, HV and
+    the max TCH gap over preferences."""
+    return dict(distinct=min(count_distinct(F) for F in F_final),
+                hv=min(hypervolume_2d(F) for F in F_final),
+                max_gap=float(tch_gap(F_final, np.asarray(lam), g_star_).max()))
+
+
+x0 = starting_points(seed, cfg.n_starts)
+tch_star = [tch_optimum(concave_front, lam) for lam in preferences.numpy()]
+g_star = np.array([g for _, g in tch_star])  # (P,) exact min of g^TCH per preference
+f_star = concave_front(np.array([t for t, _ in tch_star]))  # (P, 2) exact TCH points
+setting = dict(opt=optimizer, lr_=lr, steps=cfg.steps)  # shared by every method
+
 t0 = time.perf_counter()
-F_hist = {"LS": run_method("LS"), "TCH": run_method("TCH"), f"STCH mu={mu:g}": run_method("STCH")}
+F_hist = {name: objective_history(x0, preferences, method, mu, **setting)
+          for name, method in [("LS", "LS"), ("TCH", "TCH"), (f"STCH mu={mu:g}", "STCH")]}
 print(f"3 methods x {cfg.n_starts * N_PREFS} problems x {cfg.steps} steps in "
       f"{time.perf_counter() - t0:.1f} s")
 
-
-def summarise(F_final):
-    """Worst case over starting points of: distinct solutions, HV and max TCH gap."""
-    return dict(distinct=min(count_distinct(F) for F in F_final),
-                hv=min(hypervolume_2d(F) for F in F_final),
-                max_gap=float(tch_gap(F_final, preferences.numpy(), g_star).max()))
-
-
-results = {name: summarise(F[-1]) for name, F in F_hist.items()}
+results = {name: summarise(F[-1], preferences, g_star) for name, F in F_hist.items()}
 print(f"{'method':<14} {'distinct of 11':>14} {'HV':>7} {'max TCH gap':>12}")
 for name, r in results.items():
     print(f"{name:<14} {r['distinct']:>14d} {r['hv']:>7.4f} {r['max_gap']:>12.4f}")
@@ -486,7 +491,8 @@ print(f"TCH switched its active objective {switches} times in the last half of t
 
 # %%
 other_opt = "sgd" if optimizer == "adam" else "adam"
-other_gap = {m: summarise(run_method(m, opt=other_opt)[-1])["max_gap"] for m in ("TCH", "STCH")}
+other_gap = {m: summarise(objective_history(x0, preferences, m, mu, other_opt, lr, cfg.steps)[-1],
+                          preferences, g_star)["max_gap"] for m in ("TCH", "STCH")}
 print(f"{other_opt}, lr {lr}: max TCH gap of TCH {other_gap['TCH']:.4f}, of STCH mu={mu:g} "
       f"{other_gap['STCH']:.4f}, ratio {other_gap['STCH'] / other_gap['TCH']:.2f}")
 run.metric(f"max_tch_gap_{other_opt}", {k: round(v, 5) for k, v in other_gap.items()})
@@ -508,8 +514,10 @@ run.metric(f"max_tch_gap_{other_opt}", {k: round(v, 5) for k, v in other_gap.ite
 sweep_mus = sorted(set(MUS) | {mu})
 sweep = {}
 for m_ in icmlbook.progress(sweep_mus, desc="mu sweep"):
-    F = F_hist[f"STCH mu={mu:g}"] if m_ == mu else run_method("STCH", mu_=m_)
-    sweep[m_] = dict(summarise(F[-1]), curve=tch_gap(F, preferences.numpy(), g_star).max(axis=(1, 2)))
+    F = (F_hist[f"STCH mu={mu:g}"] if m_ == mu
+         else objective_history(x0, preferences, "STCH", m_, **setting))
+    sweep[m_] = dict(summarise(F[-1], preferences, g_star),
+                     curve=tch_gap(F, preferences.numpy(), g_star).max(axis=(1, 2)))
 print(f"{'mu':>6} {'distinct':>8} {'HV':>7} {'max gap':>8} {'mu log 2':>9}")
 for m_, r in sweep.items():
     print(f"{m_:>6g} {r['distinct']:>8d} {r['hv']:>7.4f} {r['max_gap']:>8.4f} {m_ * math.log(2):>9.4f}")
@@ -794,7 +802,8 @@ def scalarize_broken(method, f, lam, mu=0.01, z=0.0):
     return stch_missing_temperature(f, lam, mu, z) if method == "STCH" else scalarize(method, f, lam, mu, z)
 
 
-broken = summarise(run_method("STCH", scalarizer=scalarize_broken)[-1])
+broken = summarise(objective_history(x0, preferences, "STCH", mu, **setting,
+                                     scalarizer=scalarize_broken)[-1], preferences, g_star)
 print(f"STCH without 1/mu: {broken['distinct']} distinct solutions, HV {broken['hv']:.3f} "
       f"(LS: {ls_r['hv']:.3f}), max TCH gap {broken['max_gap']:.3f} "
       f"vs. mu log 2 = {mu * math.log(2):.4f}")
@@ -806,9 +815,10 @@ print(f"STCH without 1/mu: {broken['distinct']} distinct solutions, HV {broken['
 # learning rate, the number of steps and the problem. The left panel shows the front, the
 # path of the solution in objective space from the start (grey dot) to where it lands
 # (red), the preference ray and the exact TCH point (circle). Then the TCH gap along the
-# way, the weight on $f_1$ (the softmax $\pi_1$ of Eq. 4 for STCH, the active objective
-# for TCH, $\lambda_1$ for LS), and where the exact STCH minimiser sits on the front as a
-# function of $\mu$ (the current $\mu$ is the dashed line): the slide from TCH to LS.
+# way, and the weight on $f_1$ (the softmax $\pi_1$ of Eq. 4 for STCH, the active
+# objective for TCH, $\lambda_1$ for LS). For STCH the star marks the exact minimiser of
+# Eq. 3 on the front at the current $\mu$: slide $\mu$ up and watch it leave the TCH point
+# (the circle) for an endpoint, the slide from TCH to LS.
 # Things to try: LS on the concave front at any $w$; TCH with a large learning rate;
 # STCH at $\mu = 0.001$ with SGD and lr 0.5 (too sharp for the step: it oscillates like
 # TCH); $\mu = 1$ on the concave front (LS again); everything on the convex front.
@@ -817,7 +827,6 @@ print(f"STCH without 1/mu: {broken['distinct']} distinct solutions, HV {broken['
 import ipywidgets as W
 
 widget_x0 = x0[0, 0]  # the first starting point of this seed
-widget_mu_grid = np.logspace(-3, 0, 61)
 
 
 def update(w, mu_w, method, opt_name, lr_w, steps, problem):
@@ -835,21 +844,22 @@ def update(w, mu_w, method, opt_name, lr_w, steps, problem):
     else:
         weight = np.full(len(F), lam_np[0])
     front_pts = front(np.linspace(-1, 1, 401))
-    fig, axes = plt.subplots(1, 4, figsize=(11, 2.9))
+    fig, axes = plt.subplots(1, 3, figsize=(9, 2.9))
     draw_front(axes[0], front_pts, F[-1:], lam_np[None], f"{method} on the {problem} front",
                front(np.array([t_star]))[None, 0])
     axes[0].plot(F[:, 0], F[:, 1], color="C0", lw=0.8, zorder=2)
     axes[0].scatter(F[0, 0], F[0, 1], color="0.5", s=14, zorder=3)
+    if method == "STCH":  # where the exact STCH minimiser for this mu sits on the front
+        t_mu = stch_argmin_on_front(front, lam_np, [mu_w], np.linspace(-1, 1, 801))[0]
+        f_mu = front(t_mu)
+        axes[0].scatter(f_mu[0], f_mu[1], marker="*", s=70, color="C4", zorder=4,
+                        label="exact STCH minimiser")
+        axes[0].legend(loc="upper right")
     axes[0].set_ylabel("$f_2$")
     axes[1].semilogy(gap, lw=0.9)
     axes[1].set(xlabel="step", title=f"TCH gap (final {gap[-1]:.2g})", ylim=(1e-6, 2))
     axes[2].plot(weight, lw=0.8, color="C2")
     axes[2].set(xlabel="step", title="weight on $f_1$", ylim=(-0.05, 1.05))
-    tt = stch_argmin_on_front(front, lam_np, widget_mu_grid, np.linspace(-1, 1, 801))
-    axes[3].semilogx(widget_mu_grid, tt, color="C4")
-    axes[3].axhline(t_star, color="k", ls=":", lw=1)
-    axes[3].axvline(mu_w, color="C1", ls="--", lw=1)
-    axes[3].set(xlabel=r"$\mu$", title="STCH minimiser $t$ (dotted: TCH)", ylim=(-1.05, 1.05))
     plt.show()
 
 
