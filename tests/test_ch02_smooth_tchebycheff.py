@@ -224,6 +224,11 @@ def test_train_mtl_counts_backward_passes():
         hist, secs, n = ch.train_mtl(method, X, Y, steps=3, seed_=0)
         assert n == passes and hist.shape == (4, ch.MTL_TASKS) and len(secs) == 3
         assert np.allclose(hist[0], 1.0)
+    # any number of tasks: MGDA needs one backward pass per task, STCH one in all
+    Y5 = torch.randn(64, 5, generator=torch.Generator().manual_seed(1))
+    assert ch.train_mtl("MGDA", X, Y5, steps=2, seed_=0)[2] == 5
+    assert ch.train_mtl("STCH", X, Y5, steps=2, seed_=0)[2] == 1
+    assert ch.ms_per_step("STCH", 2, 3, 0, n=64)[1] == 1
 
 
 # -- the claims hold, and fail for broken variants ----------------------------------------
