@@ -160,8 +160,8 @@ print(f"tier {tier}: {cfg.n_starts} starting point(s) x {N_PREFS} preferences, "
 # temperature trades smoothness (the gradient of (3) is Lipschitz with a constant that
 # grows like $1/\mu$) against bias (6).
 #
-# **What the paper proves** (paraphrased from memory of the paper and its summaries; see
-# the paper for the exact statements and conditions):
+# **What the paper proves** (paraphrased, not checked against its exact wording; see the
+# paper for the precise statements and conditions):
 # every STCH minimiser is weakly Pareto optimal, and Pareto optimal if all
 # $\lambda_i > 0$ or if it is unique; under mild conditions there is a $\mu^* > 0$ such
 # that for every $0 < \mu < \mu^*$ *every* Pareto solution, on a convex front or not, is
@@ -275,8 +275,8 @@ def solve(objectives, lam, x0, method, mu=0.01, optimizer="adam", lr=0.05, steps
 # segment $x = t\,u$, $t \in [-1, 1]$: any $x$ is weakly dominated by its projection onto
 # that segment, which shortens both distances. The front is
 # $\big(1 - e^{-(1-t)^2},\ 1 - e^{-(1+t)^2}\big)$, which bulges *away from* the ideal
-# point: a concave front (see the figures below). On it $f_1$ falls and $f_2$ rises with $t$, so the
-# exact TCH solution for $\lambda$ is the $t^*$ where $\lambda_1 f_1(t) = \lambda_2
+# point: a concave front (see the figures below). On it $f_1$ falls and $f_2$ rises
+# with $t$, so the exact TCH solution for $\lambda$ is the $t^*$ where $\lambda_1 f_1(t) = \lambda_2
 # f_2(t)$: one bisection gives it to machine precision, and with it the TCH gap (6) of
 # any point. For the widget we add the convex counterpart $f_{1,2} = \|x \mp u\|^2/4$,
 # with front $\big((1-t)^2/4, (1+t)^2/4\big)$.
@@ -921,7 +921,7 @@ icmlbook.explore(update, controls, run=run)
 # | non-convex fronts | STCH finds all Pareto solutions for small enough $\mu$; LS cannot | concave front in $d = 10$: LS 2 distinct of 11, STCH 11 of 11, HV about 2× LS's, 92% of the whole front's (claim 1) |
 # | approximation | bias of order $\mu \log m$ | measured TCH gap below $\mu \log 2$ at $\mu \in \{0.01, 0.05, 0.2\}$ (claim 2); the jump of the STCH minimiser at $\mu^*$ on one preference |
 # | convergence | faster than the TCH subgradient method (rates in the paper) | worst final TCH gap at most half of TCH's at equal Adam settings (claim 3); we measure, we do not prove rates |
-# | cost | one backward pass, like LS; much cheaper than adaptive gradient methods | counted (1 vs. 3 backward passes) and timed against MGDA on a 3-task network |
+# | cost | one backward pass, like LS; much cheaper than adaptive gradient methods | counted (1 vs. $m$ backward passes) and timed against MGDA for 2 to 8 tasks: MGDA's step was about 2× STCH's at $m = 2$ and 5× at $m = 8$ in our runs (not asserted: timings are noisy) |
 # | multi-task | NYUv2, Office-31/Home, QM9 against MGDA, PCGrad, CAGrad, Nash-MTL and others | a synthetic 3-task regression with a narrow shared bottleneck, against LS, TCH and MGDA (claim 4) |
 # | Pareto set learning | hypernetwork from $\lambda$ to $x$ on synthetic and engineering problems | not done (see exercise 3) |
 #
@@ -933,10 +933,11 @@ icmlbook.explore(update, controls, run=run)
 # - *Claim 3 depends on the optimizer.* With Adam at lr 0.05 the TCH subgradient method
 #   keeps oscillating at an amplitude set by the learning rate, and STCH's advantage is
 #   large (ratio 0.09–0.20 over seeds 0–4). With plain SGD at lr 0.05 the subgradient
-#   method oscillates much less (its steps scale with the gradients of $f$, which are small
-#   here), and the ratio was only 0.43–0.73 over seeds 0–4 (printed above for this seed):
-#   STCH is still better, but not by the factor 2 of claim 3. The claim is therefore stated
-#   for Adam, the optimizer of the paper's experiments. Try both in the widget. And a too
+#   method oscillates much less (SGD's steps shrink with the gradients, whose norm is below
+#   1 here; Adam's steps are about lr whatever the gradient), and the ratio was only
+#   0.43–0.73 over seeds 0–4 (printed above for this seed): STCH is still better, but not
+#   by the factor 2 of claim 3. The claim is therefore stated for Adam, the optimizer of
+#   the authors' code. Try both in the widget. And a too
 #   small $\mu$ for the step size ($\mu = 0.003$ in the sweep) brings the oscillation
 #   back: the smoothness constant grows like $1/\mu$.
 # - *The gap of claim 2* combines the bias of Eq. 6 with the optimizer's error; the
