@@ -1,0 +1,283 @@
+"""Chapter 02: the scalarizations' invariants, exact solutions, and claims that fail when broken."""
+import math
+
+import numpy as np
+import pytest
+import torch
+from helpers import chapter_defs
+
+ch = chapter_defs("ch02_smooth_tchebycheff")
+torch.set_num_threads(1)
+
+PREFS = torch.tensor(np.stack([ch.PREF_W, 1 - ch.PREF_W], axis=1))
+G_STAR = np.array([ch.tch_optimum(ch.concave_front, lam)[1] for lam in PREFS.numpy()])
+
+
+def concave_run(seed, method, mu=0.01, scalarizer=None, opt="adam", lr=0.05, steps=300,
+                n_starts=3):
+    """The chapter's concave experiment at the default tier: final objectives (S, P, 2)."""
+    x0 = ch.starting_points(seed, n_starts)
+    F = ch.objective_history(x0, PREFS, method, mu, opt, lr, steps,
+                             scalarizer=scalarizer or ch.scalarize)
+    return ch.summarise(F[-1], PREFS, G_STAR)
+
+
+def plugged(stch):
+    """scalarize() with a (broken) STCH function in place of Eq. 3."""
+    def scalarizer(method, f, lam, mu=0.01, z=0.0):
+        return stch(f, lam, mu, z) if method == "STCH" else ch.scalarize(method, f, lam, mu, z)
+    return scalarizer
+
+
+def soft_min(f, lam, mu, z=0.0):
+    """Broken: a soft-MIN (the best weighted objective) instead of a soft-max."""
+    return -mu * torch.logsumexp(-lam * (f - z) / mu, dim=-1)
+
+
+def hard_max(f, lam, mu, z=0.0):
+    """Broken: the softmax replaced by its mu -> 0 limit, i.e. plain TCH."""
+    return (lam * (f - z)).max(-1).values
+
+
+# -- the scalarizations ------------------------------------------------------------------
+@pytest.mark.parametrize("m", [2, 3, 7])
+@pytest.mark.parametrize("mu", [1e-3, 0.05, 1.0, 30.0])
+def test_log_sum_exp_sandwich(m, mu):
+    # Eq. 5: max v <= mu lse(v / mu) <= max v + mu log m, on random values
+    gen = torch.Generator().manual_seed(m)
+    f = 3 * torch.rand(500, m, generator=gen, dtype=torch.float64)
+    lam = torch.distributions.Dirichlet(torch.ones(m, dtype=torch.float64)).sample((500,))
+    tch = ch.tch_scalarization(f, lam)
+    stch = ch.stch_scalarization(f, lam, mu)
+    assert torch.all(tch <= stch + 1e-12)
+    assert torch.all(stch <= tch + mu * math.log(m) + 1e-12)
+
+
+def test_limits_tch_and_ls():
+    gen = torch.Generator().manual_seed(0)
+    f = torch.rand(100, 3, generator=gen, dtype=torch.float64)
+    lam = torch.tensor([0.2, 0.3, 0.5], dtype=torch.float64)
+    z = torch.tensor([-0.1, 0.0, -0.2], dtype=torch.float64)
+    # mu -> 0: TCH
+    assert torch.allclose(ch.stch_scalarization(f, lam, 1e-6, z), ch.tch_scalarization(f, lam, z),
+                          atol=1e-5)
+    # mu -> inf: mu log m + LS / m
+    big = 1e5
+    approx = big * math.log(3) + ch.ls_scalarization(f, lam, z) / 3
+    assert torch.allclose(ch.stch_scalarization(f, lam, big, z), approx, atol=1e-4)
+
+
+def test_no_overflow_at_small_mu():
+    f = torch.tensor([[0.9, 0.95]], dtype=torch.float64)
+    lam = torch.tensor([0.5, 0.5], dtype=torch.float64)
+    val = ch.stch_scalarization(f, lam, 1e-4)  # v / mu = 4750: exp overflows naively
+    assert torch.isfinite(val).all()
+    assert val.item() == pytest.approx(0.475, abs=1e-4 * math.log(2) + 1e-12)
+
+
+def test_gradient_is_softmax_weighted_sum():
+    # Eq. 4 on a 3-objective problem, at several temperatures
+    gen = torch.Generator().manual_seed(1)
+    lam = torch.tensor([0.2, 0.5, 0.3], dtype=torch.float64)
+    for mu in (0.01, 0.1, 2.0):
+        x = torch.randn(6, generator=gen, dtype=torch.float64, requires_grad=True)
+        f = torch.stack([(x ** 2).sum(), ((x - 1) ** 2).sum() / 3, torch.sin(x).sum() + 2])
+        grads = torch.stack([torch.autograd.grad(fi, x, retain_graph=True)[0] for fi in f])
+        pi = ch.stch_weights(f, lam, mu)
+        assert pi.sum().item() == pytest.approx(1.0)
+        expected = (pi[:, None] * lam[:, None] * grads).sum(0)
+        got = torch.autograd.grad(ch.stch_scalarization(f, lam, mu), x)[0]
+        assert torch.allclose(got, expected, atol=1e-10)
+
+
+def test_batched_solve_equals_separate_solves():
+    x0 = ch.starting_points(3, 1)[0]  # (P, d)
+    both = ch.solve(ch.concave_objectives, PREFS, x0, "STCH", 0.01, "adam", 0.05, 50)
+    for p in (0, 5, 10):
+        one = ch.solve(ch.concave_objectives, PREFS[p], x0[p], "STCH", 0.01, "adam", 0.05, 50)
+        assert torch.allclose(both[:, p], one, atol=1e-12)
+
+
+# -- the problem and its exact TCH solutions ---------------------------------------------
+def test_exact_tch_symmetric_preference():
+    t, g = ch.tch_optimum(ch.concave_front, (0.5, 0.5))
+    assert t == pytest.approx(0.0, abs=1e-12)
+    assert ch.concave_front(t) == pytest.approx([1 - math.exp(-1)] * 2)  # (0.632, 0.632)
+    assert g == pytest.approx(0.5 * (1 - math.exp(-1)))
+
+
+@pytest.mark.parametrize("problem", ["concave", "convex"])
+def test_exact_tch_matches_brute_force(problem):
+    _, front = ch.PROBLEMS[problem]
+    ts = np.linspace(-1, 1, 200001)
+    F = front(ts)
+    for w in (0.02, 0.3, 0.7, 0.98):
+        lam = np.array([w, 1 - w])
+        t, g = ch.tch_optimum(front, lam)
+        brute = np.max(lam * F, axis=1).min()  # a grid can only do worse than the exact optimum
+        assert g <= brute + 1e-12 and brute - g < 1e-6
+        f = front(t)
+        assert lam[0] * f[0] == pytest.approx(lam[1] * f[1], abs=1e-12)  # on the ray
+
+
+@pytest.mark.parametrize("problem", ["concave", "convex"])
+def test_front_is_the_image_of_the_pareto_set(problem):
+    objectives, front = ch.PROBLEMS[problem]
+    t = np.linspace(-1, 1, 11)
+    x = torch.tensor(t)[:, None] * torch.ones(ch.DIM, dtype=torch.float64) / math.sqrt(ch.DIM)
+    assert np.allclose(objectives(x).numpy(), front(t))
+    # a point off the segment is dominated by its projection onto it
+    gen = torch.Generator().manual_seed(0)
+    y = torch.randn(100, ch.DIM, generator=gen, dtype=torch.float64)
+    u = torch.ones(ch.DIM, dtype=torch.float64) / math.sqrt(ch.DIM)
+    proj = torch.clamp(y @ u, -1, 1)[:, None] * u
+    assert torch.all(objectives(proj) <= objectives(y) + 1e-12)
+
+
+@pytest.mark.parametrize("mu", [0.01, 0.05, 0.2])
+def test_stch_symmetric_converges_to_the_middle(mu):
+    # lambda = (1/2, 1/2): the exact TCH solution is x = 0; STCH with mu <= 0.2 must get there
+    x0 = ch.starting_points(0, 5, n_prefs=1)
+    lam = torch.tensor([0.5, 0.5], dtype=torch.float64)
+    x = ch.solve(ch.concave_objectives, lam, x0, "STCH", mu, "sgd", 0.02, 2000)[-1]
+    assert x.norm(dim=-1).max().item() < 1e-3
+
+
+def test_large_mu_leaves_the_middle():
+    # above mu* the STCH minimiser for lambda = (1/2, 1/2) jumps towards an endpoint
+    ts = np.linspace(-1, 1, 4001)
+    t = ch.stch_argmin_on_front(ch.concave_front, (0.5, 0.5), [0.01, 0.2, 1.0], ts)
+    assert abs(t[0]) < 1e-3 and abs(t[1]) < 1e-3 and abs(t[2]) > 0.8
+    x0 = ch.starting_points(0, 3, n_prefs=1)
+    x = ch.solve(ch.concave_objectives, torch.tensor([0.5, 0.5], dtype=torch.float64), x0,
+                 "STCH", 1.0, "adam", 0.05, 500)[-1]
+    assert x.norm(dim=-1).min().item() > 0.8
+
+
+# -- the measurements --------------------------------------------------------------------
+def test_hypervolume_2d():
+    assert ch.hypervolume_2d([[0.0, 0.0]]) == pytest.approx(1.21)
+    # two rectangles 1.0 x 0.5 and 0.5 x 1.0 overlapping in 0.5 x 0.5
+    assert ch.hypervolume_2d([[0.1, 0.6], [0.6, 0.1]]) == pytest.approx(0.75, rel=1e-12)
+    # a dominated point and a point beyond the reference change nothing
+    base = [[0.1, 0.6], [0.6, 0.1]]
+    assert ch.hypervolume_2d(base + [[0.7, 0.7], [1.2, 0.0]]) == pytest.approx(
+        ch.hypervolume_2d(base))
+    assert ch.hypervolume_2d(np.zeros((0, 2))) == 0.0
+    # the whole concave front: 0.552
+    front = ch.concave_front(np.linspace(-1, 1, 4001))
+    assert ch.hypervolume_2d(front) == pytest.approx(0.552, abs=1e-3)
+
+
+def test_count_distinct():
+    F = np.array([[0.0, 1.0], [0.005, 0.995], [1.0, 0.0], [0.5, 0.5], [0.5, 0.515]])
+    assert ch.count_distinct(F) == 3
+    assert ch.count_distinct(F, tol=0.001) == 5
+
+
+# -- MGDA --------------------------------------------------------------------------------
+def test_min_norm_weights_two_vectors_closed_form():
+    gen = torch.Generator().manual_seed(0)
+    for _ in range(5):
+        G = torch.randn(2, 7, generator=gen, dtype=torch.float64)
+        g1, g2 = G
+        a = float(torch.clamp((g2 - g1) @ g2 / ((g1 - g2) @ (g1 - g2)), 0, 1))
+        alpha = ch.min_norm_weights(G, iters=200)
+        assert alpha[0].item() == pytest.approx(a, abs=1e-6)
+
+
+def test_min_norm_weights_three_vectors_brute_force():
+    gen = torch.Generator().manual_seed(2)
+    G = torch.randn(3, 5, generator=gen, dtype=torch.float64)
+    alpha = ch.min_norm_weights(G, iters=500)
+    assert alpha.min() >= 0 and alpha.sum().item() == pytest.approx(1.0)
+    grid = np.linspace(0, 1, 201)
+    best = min(np.linalg.norm(G.numpy().T @ np.array([a, b, 1 - a - b]))
+               for a in grid for b in grid if a + b <= 1)
+    assert torch.linalg.norm(G.T @ alpha).item() <= best + 1e-3
+    # orthonormal gradients: equal weights
+    eye = torch.eye(3, dtype=torch.float64)
+    assert torch.allclose(ch.min_norm_weights(eye, iters=500), torch.full((3,), 1 / 3, dtype=torch.float64),
+                          atol=1e-2)
+
+
+def test_mgda_uses_one_backward_per_task_and_combines_on_the_trunk():
+    X, Y = ch.make_mtl_data(64, 8, torch.Generator().manual_seed(0))
+    torch.manual_seed(0)
+    net = ch.MultiTaskNet(8)
+    losses = ch.task_losses(net, X, Y)
+    shared = list(net.trunk.parameters())
+    G = torch.stack([torch.cat([g.flatten() for g in torch.autograd.grad(li, shared,
+                                                                         retain_graph=True)])
+                     for li in losses])
+    alpha = ch.min_norm_weights(G)
+    assert ch.mgda_backward(net, losses) == ch.MTL_TASKS
+    got = torch.cat([p.grad.flatten() for p in shared])
+    assert torch.allclose(got, (alpha[:, None] * G).sum(0), atol=1e-6)
+    # the min-norm direction does not increase any task to first order
+    assert torch.all(G @ got >= -1e-6)
+
+
+def test_train_mtl_counts_backward_passes():
+    X, Y = ch.make_mtl_data(64, 8, torch.Generator().manual_seed(0))
+    for method, passes in [("LS", 1), ("TCH", 1), ("STCH", 1), ("MGDA", ch.MTL_TASKS)]:
+        hist, secs, n = ch.train_mtl(method, X, Y, steps=3, seed_=0)
+        assert n == passes and hist.shape == (4, ch.MTL_TASKS) and len(secs) == 3
+        assert np.allclose(hist[0], 1.0)
+    # any number of tasks: MGDA needs one backward pass per task, STCH one in all
+    Y5 = torch.randn(64, 5, generator=torch.Generator().manual_seed(1))
+    assert ch.train_mtl("MGDA", X, Y5, steps=2, seed_=0)[2] == 5
+    assert ch.train_mtl("STCH", X, Y5, steps=2, seed_=0)[2] == 1
+    assert ch.ms_per_step("STCH", 2, 3, 0, n=64)[1] == 1
+
+
+# -- the claims hold, and fail for broken variants ----------------------------------------
+@pytest.mark.parametrize("seed", range(5))
+def test_concave_claims_hold(seed):
+    ls, tch, stch = (concave_run(seed, m) for m in ("LS", "TCH", "STCH"))
+    assert ls["distinct"] <= 3 and stch["distinct"] >= 10 and stch["hv"] >= 1.8 * ls["hv"]
+    assert stch["max_gap"] <= 0.5 * tch["max_gap"]
+    for mu in ch.BOUND_MUS:
+        assert concave_run(seed, "STCH", mu)["max_gap"] - mu * math.log(2) <= 0.005
+
+
+def test_claim1_fails_for_broken_variants():
+    ls = concave_run(0, "LS")
+    # STCH without the division by mu (the chapter's broken example) is LS in disguise
+    broken = concave_run(0, "STCH", scalarizer=ch.scalarize_broken)
+    assert broken["distinct"] < 10 and broken["hv"] < 1.8 * ls["hv"]
+
+    # an "LS" that is not linear (weighted sum of squares) reaches the concave part:
+    # the LS claim catches a baseline that is not the weighted sum
+    def squared_ls(method, f, lam, mu=0.01, z=0.0):
+        return (lam * (f - z) ** 2).sum(-1)
+    assert concave_run(0, "LS", scalarizer=squared_ls)["distinct"] > 3
+
+
+def test_claim2_fails_for_broken_variants():
+    for stch in (soft_min, ch.stch_missing_temperature):
+        excess = max(concave_run(0, "STCH", mu, scalarizer=plugged(stch))["max_gap"]
+                     - mu * math.log(2) for mu in ch.BOUND_MUS)
+        assert excess > 0.005
+
+
+def test_claim3_fails_for_broken_variants():
+    tch = concave_run(0, "TCH")
+    # a hard argmax in place of the softmax is the subgradient method: no gain
+    hard = concave_run(0, "STCH", scalarizer=plugged(hard_max))
+    assert hard["max_gap"] > 0.5 * tch["max_gap"]
+    # a temperature far too small for the step size behaves like TCH too
+    assert concave_run(0, "STCH", mu=1e-5)["max_gap"] > 0.5 * tch["max_gap"]
+
+
+def mtl_worst(seed, method, scalarizer=None):
+    X, Y = ch.make_mtl_data(1024, 8, torch.Generator().manual_seed(seed))
+    hist, _, _ = ch.train_mtl(method, X, Y, 300, seed, scalarizer=scalarizer or ch.scalarize)
+    return hist[-1].max()
+
+
+def test_claim4_holds_and_fails_for_soft_min():
+    ls = mtl_worst(0, "LS")
+    assert mtl_worst(0, "STCH") <= ls
+    # a soft-min focuses on the best task: the worst task ends worse than under LS
+    assert mtl_worst(0, "STCH", scalarizer=plugged(soft_min)) > ls
