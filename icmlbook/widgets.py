@@ -95,9 +95,12 @@ def explore(update: Callable[..., Any], controls: dict[str, Any], *, run: Any = 
     if exercise is None:
         exercise = run is not None and getattr(run, "tier", None) == "smoke"
     if exercise:
+        import matplotlib as mpl
+
         defaults = {k: w.value for k, w in controls.items()}
-        for setting in extreme_settings(controls):
-            set_all(setting)
+        with mpl.rc_context({"figure.dpi": 30}):  # these views are replaced: draw them cheaply
+            for setting in extreme_settings(controls):
+                set_all(setting)
         set_all(defaults)
         if errors:
             raise RuntimeError("the widget failed at: " + " | ".join(errors))
