@@ -24,8 +24,9 @@ def chapter_defs(stem: str) -> types.ModuleType:
             keep.append(node)
         elif isinstance(node, (ast.Assign, ast.AnnAssign)):
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-            if all(isinstance(t, ast.Name) and t.id.isupper() for t in targets):
-                keep.append(node)
+            names = [e for t in targets for e in (t.elts if isinstance(t, ast.Tuple) else [t])]
+            if names and all(isinstance(n, ast.Name) and n.id.isupper() for n in names):
+                keep.append(node)  # also A, B = 1, 2
     module = types.ModuleType(stem)
     module.__file__ = str(path)
     code = compile(ast.Module(body=keep, type_ignores=[]), str(path), "exec")
