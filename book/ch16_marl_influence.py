@@ -588,11 +588,14 @@ run.verdict()
 # ## What a broken estimator does
 #
 # A critic that forgets the future (a myopic "critic" equal to the immediate reward,
-# the usual bug of setting the bootstrap term to zero) turns TIM into the myopic baseline:
-# the $1 \to 2$ edge disappears, and claims 2 and 8 fail. The unit tests also transpose
-# the $[j, i]$ convention (claim 2 fails), drop the gain $\hat J_i$ from Eq. 7 (the critic
-# drifts and claims 3–4 fail) and use the constant critic step (claim 5 fails, as the
-# figure above shows).
+# the usual bug of dropping the bootstrap term) turns TIM into the myopic baseline: the
+# $1 \to 2$ edge disappears, and claims 2, 3, 4 and 8 fail. The unit tests
+# (`tests/test_ch16_marl_influence.py`) try more breaks, one per claim at least: the
+# $[j, i]$ convention transposed (claim 2), no averaging, $\beta_t = 1$ (claim 3), the
+# constant critic step (claim 5, as the figure above shows), a wrong rank-one term or a
+# transposed chain in Eq. 6 (claim 1), and, for the baselines, environments where the
+# influence is not hidden: $a_1$ entering $r_2$ directly (claim 6) or a biased policy
+# for agent 1, which makes the XOR correlated (claim 7).
 
 # %%
 no_future = recovered_graph(myopic, threshold)
