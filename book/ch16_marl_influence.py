@@ -83,7 +83,7 @@ run = icmlbook.start("16_marl_influence", tier=tier, seed=seed, torch=False,
                      params=dict(mix=mix, threshold=threshold, step_exponent=step_exponent))
 icmlbook.use_style()
 cfg = run.pick(
-    smoke=dict(T=6000, checks=(2000, 4000, 6000), warmup=500, widget_T=2000, widget_T_max=4000),
+    smoke=dict(T=6000, checks=(2000, 4000, 6000), warmup=500, widget_T=2000, widget_T_max=3000),
     default=dict(T=60000, checks=(10000, 30000, 60000), warmup=5000, widget_T=10000,
                  widget_T_max=20000),
     full=dict(T=300000, checks=(30000, 100000, 300000), warmup=10000, widget_T=20000,
@@ -458,12 +458,13 @@ tim_mid = snaps[t_mid][0]
 graph_mid = recovered_graph(tim_mid, threshold)
 
 # %%
-def heat(ax, M, title, vmax=None):
-    """A [j, i] heatmap with its values written in."""
+def heat(ax, M, title, vmax=None, exact=None):
+    """A [j, i] heatmap with its values written in (and the exact values below them)."""
     vmax = vmax if vmax is not None else max(float(np.abs(M).max()), 1e-12)
     ax.imshow(M, cmap="Blues", vmin=0, vmax=vmax)
     for (j, i), v in np.ndenumerate(M):
-        ax.text(i, j, f"{v:.2f}", ha="center", va="center", fontsize=7,
+        label = f"{v:.2f}" if exact is None else f"{v:.2f}\n({exact[j, i]:.2f})"
+        ax.text(i, j, label, ha="center", va="center", fontsize=7 if exact is None else 6,
                 color="white" if v > 0.6 * vmax else "black")
     n = len(M)
     ax.set(title=title, xticks=range(n), yticks=range(n), xlabel="receiver i",
@@ -507,14 +508,15 @@ print(f"recovered graph at t = {t_mid} (threshold {threshold}) equals the truth:
 
 # %%
 fig, axes = plt.subplots(1, 2, figsize=(8, 2.8))
-axes[0].loglog(grid, [err_tim[t] for t in grid], "o-", ms=3, label="TIM, decaying steps")
-axes[0].loglog(grid, [err_sim[t] for t in grid], "s-", ms=3, label="SIM, decaying steps")
-axes[0].loglog(grid, [err_const[t] for t in grid], "^-", ms=3, label="TIM, constant 0.036")
+axes[0].semilogx(grid, [err_tim[t] for t in grid], "o-", ms=3, label="TIM, decaying steps")
+axes[0].semilogx(grid, [err_sim[t] for t in grid], "s-", ms=3, label="SIM, decaying steps")
+axes[0].semilogx(grid, [err_const[t] for t in grid], "^-", ms=3, label="TIM, constant 0.036")
 axes[0].axhline(0.10, color="k", ls=":", lw=1)
 axes[0].set(xlabel="steps t", ylabel="max relative error", title="error of the estimates")
 axes[0].legend()
+axes[0].set_xticks(cfg.checks, [f"{t:,}" for t in cfg.checks], minor=False)
 axes[0].xaxis.set_minor_formatter(plt.NullFormatter())
-axes[0].yaxis.set_minor_formatter(plt.NullFormatter())
+axes[0].set_ylim(0, None)
 states_x = np.arange(N_STATES)
 for k, (j, i) in enumerate([(0, 1), (1, 2), (2, 2)]):
     axes[1].plot(states_x, sim_exact[:, j, i], "o-", color=f"C{k}", label=f"{j}->{i} exact")
@@ -609,8 +611,8 @@ print(f"myopic 'critic': wrong edges {int((no_future != D_true).sum())}, "
 # couplings "j→i"), which agent drives the state (agent 2 is rewarded in state 0), how
 # strongly, how random the policy is, and how many steps the estimator gets. Left to
 # right: exact and estimated TIM, the recovered graph (green: correct edge, red: false
-# edge, dashed grey: missed edge), then exact and estimated SIM in the chosen state and
-# the error curve. Things to try: push $\pi(a=1)$ towards 0 or 1 (the counterfactual
+# edge, dashed grey: missed edge), then the estimated SIM in the chosen state (exact
+# values in brackets) and the error curve. Things to try: push $\pi(a=1)$ towards 0 or 1 (the counterfactual
 # actions of Eq. 3 are rarely visited and their critic entries stay at the initial value:
 # the estimate degrades), drop `mix` to 0 (the transition edge vanishes), use the constant
 # critic step, or lower the threshold until the positive bias creates false edges.
@@ -655,22 +657,19 @@ def update(couplings, driver, coupling, mix_w, p_one, steps, critic, state, thr)
     th, sh, sn = estimate_impacts(st_w, ac_w, Rw, DEV, warmup=warm, critic=critic,
                                   kappa=step_exponent, snapshots=g)
     truth = tim_w > 1e-9 * max(tim_w.max(), 1e-12)
-    fig, axes = plt.subplots(1, 6, figsize=(14, 2.7))
+    fig, axes = plt.subplots(1, 5, figsize=(12, 2.7))
     vmax = max(tim_w.max(), th.max(), 1e-12)
     heat(axes[0], tim_w, "exact TIM", vmax)
     heat(axes[1], th, f"estimated TIM (t = {steps})", vmax)
     draw_graph(axes[2], recovered_graph(th, thr), truth)
-    vs = max(sim_w[state].max(), sh[state].max(), 1e-12)
-    heat(axes[3], sim_w[state], f"exact SIM, s = {state}", vs)
-    heat(axes[4], sh[state], f"estimated SIM, s = {state}", vs)
+    heat(axes[3], sh[state], f"SIM, s = {state}: est. (exact)",
+         max(sim_w[state].max(), sh[state].max(), 1e-12), exact=sim_w[state])
     if tim_w.max() > 1e-9:
-        axes[5].loglog(g, [relative_error(sn[t][0], tim_w) for t in g], "o-", ms=3)
-        axes[5].set(xlabel="steps", title="TIM relative error")
-        axes[5].xaxis.set_minor_formatter(plt.NullFormatter())
-        axes[5].yaxis.set_minor_formatter(plt.NullFormatter())
+        axes[4].plot(g, [relative_error(sn[t][0], tim_w) for t in g], "o-", ms=3)
+        axes[4].set(xlabel="steps", title="TIM relative error", ylim=(0, None))
     else:
-        axes[5].text(0.5, 0.5, "no influence at all:\nTIM = 0", ha="center", va="center")
-        axes[5].set_axis_off()
+        axes[4].text(0.5, 0.5, "no influence at all:\nTIM = 0", ha="center", va="center")
+        axes[4].set_axis_off()
     plt.show()
 
 
