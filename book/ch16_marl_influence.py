@@ -53,7 +53,7 @@ tier = "default"  # smoke | default | full: size of the experiment
 seed = 0  # drives every random number in the chapter
 mix = 0.8  # weight of agent 1's action in the state transition (the rest is random)
 threshold = 0.15  # an edge j -> i is declared when TIM^ > threshold * max(TIM^)
-step_exponent = 0.7  # TIM/SIM averaging step size 1 / k**step_exponent
+step_exponent = 0.7  # TIM and SIM averaging step sizes 1 / k**step_exponent (Eq. 8)
 
 # %% tags=["validate"]
 from icmlbook import check_range, check_seed, check_tier
@@ -313,7 +313,7 @@ DEV = deviation_table(N_AGENTS, N_ACTIONS)
 P, R = make_env(mix=mix)
 pi = product_policy(0.5, N_STATES, N_AGENTS)
 tim_exact, sim_exact, Q_exact, d_exact = exact_impacts(P, pi, R, DEV)
-D_true = true_influence_graph()
+D_true = true_influence_graph(driver=1 if mix > 0 else None)  # mix = 0: no state driver
 
 # the checks of Eqs. 5-6: stationarity, and Eq. 6 against the brute-force sum of Eq. 2
 P_pi = state_action_chain(P, pi)
@@ -442,11 +442,12 @@ rng = np.random.default_rng(seed)
 ACTS = joint_actions(N_AGENTS, N_ACTIONS)
 states, actions = sample_trajectory(P, pi, cfg.T, rng)
 grid = np.unique(np.r_[np.geomspace(cfg.warmup + 200, cfg.T, 16).astype(int), cfg.checks])
+steps_ = dict(kappa=step_exponent, kappa_sim=step_exponent)  # Eq. 8 step-size exponents
 tim_hat, sim_hat, snaps = estimate_impacts(
-    states, actions, R, DEV, warmup=cfg.warmup, kappa=step_exponent, snapshots=grid,
+    states, actions, R, DEV, warmup=cfg.warmup, snapshots=grid, **steps_,
     progress=lambda it: icmlbook.progress(it, desc="decaying-step estimator"))
 _, _, snaps_const = estimate_impacts(states, actions, R, DEV, warmup=cfg.warmup,
-                                     critic="constant", kappa=step_exponent, snapshots=grid)
+                                     critic="constant", snapshots=grid, **steps_)
 myopic = myopic_impact(R, d_exact, DEV)
 corr = action_reward_corr(actions[:-1], R[:, states[:-1], actions[:-1]].T, ACTS)
 
@@ -612,10 +613,12 @@ print(f"myopic 'critic': wrong edges {int((no_future != D_true).sum())}, "
 # strongly, how random the policy is, and how many steps the estimator gets. Left to
 # right: exact and estimated TIM, the recovered graph (green: correct edge, red: false
 # edge, dashed grey: missed edge), then the estimated SIM in the chosen state (exact
-# values in brackets) and the error curve. Things to try: push $\pi(a=1)$ towards 0 or 1 (the counterfactual
-# actions of Eq. 3 are rarely visited and their critic entries stay at the initial value:
-# the estimate degrades), drop `mix` to 0 (the transition edge vanishes), use the constant
-# critic step, or lower the threshold until the positive bias creates false edges.
+# values in brackets) and the error curve. Things to try: push $\pi(a=1)$ towards its
+# ends (the slider stops at 0.1 and 0.9: beyond that, the counterfactual actions of
+# Eq. 3 are almost never visited, their critic entries stay at the initial value and the
+# estimate is meaningless; near the ends you can already watch it degrade), drop `mix`
+# to 0 (the transition edge vanishes), use the constant critic step, or lower the
+# threshold until the positive bias creates false edges.
 
 # %%
 import ipywidgets as W
@@ -655,7 +658,8 @@ def update(couplings, driver, coupling, mix_w, p_one, steps, critic, state, thr)
     warm = steps // 6
     g = np.unique(np.geomspace(warm + 50, steps, 10).astype(int))
     th, sh, sn = estimate_impacts(st_w, ac_w, Rw, DEV, warmup=warm, critic=critic,
-                                  kappa=step_exponent, snapshots=g)
+                                  kappa=step_exponent, kappa_sim=step_exponent,
+                                  snapshots=g)
     truth = tim_w > 1e-9 * max(tim_w.max(), 1e-12)
     fig, axes = plt.subplots(1, 5, figsize=(12, 2.7))
     vmax = max(tim_w.max(), th.max(), 1e-12)
