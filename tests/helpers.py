@@ -18,17 +18,18 @@ def chapter_defs(stem: str) -> types.ModuleType:
     """
     path = BOOK / f"{stem}.py"
     tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
-    keep = []
+    module = types.ModuleType(stem)
+    module.__file__ = str(path)
     for node in tree.body:
+        code = compile(ast.Module(body=[node], type_ignores=[]), str(path), "exec")
         if isinstance(node, (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.ClassDef)):
-            keep.append(node)
+            exec(code, module.__dict__)
         elif isinstance(node, (ast.Assign, ast.AnnAssign)):
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
             names = [e for t in targets for e in (t.elts if isinstance(t, ast.Tuple) else [t])]
             if names and all(isinstance(n, ast.Name) and n.id.isupper() for n in names):
-                keep.append(node)  # also A, B = 1, 2
-    module = types.ModuleType(stem)
-    module.__file__ = str(path)
-    code = compile(ast.Module(body=keep, type_ignores=[]), str(path), "exec")
-    exec(code, module.__dict__)
+                try:  # ALL_CAPS constants, also A, B = 1, 2
+                    exec(code, module.__dict__)
+                except NameError:
+                    pass  # computed from the experiment's variables: not a constant
     return module
