@@ -262,7 +262,7 @@ def r_squared(obs, pred):
 
 
 def fit_rates(t, h, y, w, dx2, dy2, rhs=ode_rhs, max_nfev=40):
-    """Least-squares fit of (eta_h, eta_y) of an ODE to a trajectory; returns (eta_h, eta_y, R^2)."""
+    """Least-squares fit of an ODE's (eta_h, eta_y) to a trajectory; returns (eta_h, eta_y, R^2)."""
     obs = np.stack([h, y, w])
     scale = np.maximum(obs.std(axis=1, keepdims=True), 1e-12)
 
@@ -379,7 +379,7 @@ def train_nets(X, Y, act, residual, width, depth, gains, lrs, steps, track, gen,
                 p -= lr.reshape(n, 1, 1) * g
         if desc is not None and step % 100 == 0:
             loop.set_postfix(loss=float(loss.detach().max()))
-    rec_steps = np.array([s for s in range(0, steps + 1, every)] + ([steps] if steps % every else []))
+    rec_steps = np.array(list(range(0, steps + 1, every)) + ([steps] if steps % every else []))
     t = lr.detach().numpy()[:, None] * rec_steps[None, :]
     return (torch.stack(hs, 1).numpy(), torch.stack(outs, 1).numpy(), t, lr.detach().numpy(),
             Y.numpy())
@@ -430,7 +430,7 @@ PERTURBED = {"2x in dh/dt": rhs_double_h, "no encoder feedback": rhs_no_feedback
 # rich limit sends their distance to zero, the lazy limit keeps it.
 
 # %%
-XOR_X = np.array([[0.0, 0.0, 1.0], [0.0, 1.0, 1.0], [1.0, 0.0, 1.0], [1.0, 1.0, 1.0]])  # bits + a constant
+XOR_X = np.array([[0, 0, 1], [0, 1, 1], [1, 0, 1], [1, 1, 1]], dtype=float)  # two bits + a constant
 XOR_LABELS = np.array([0, 1, 1, 0])  # XOR of the two bits
 PAIR_X = XOR_X[[0, 2]]  # the two-point task is one XOR pair in isolation (d_x = 1)
 
@@ -467,9 +467,10 @@ def theory_matrix(Dh0, Dy0, Dx, Dystar, ratio):
 # The paper's two-point task at laptop scale: inputs at squared distance $d_x = 1$,
 # targets at squared distance $d_y$ (0.5 by default), one-dimensional outputs. Four MLPs
 # that differ in their activation (leaky ReLU, ReLU, tanh, SiLU, each with the authors'
-# initial gain and learning rate) and one residual MLP, all `width` wide and `depth`
-# deep; the theory is read at the middle layer. Each network's targets are centred on
-# its own initial mean output, so only the difference mode of Eq. 4 has work to do. One
+# initial gain and learning rate) and one residual MLP (leaky ReLU, gain 0.5, our
+# choice), all `width` wide and `depth` deep; the theory is read at the middle layer.
+# Each network's targets are centred on its own initial mean output, so only the
+# difference mode of Eq. 4 has work to do. One
 # extra leaky-ReLU network keeps the authors' offset targets ($0.6$ and $0.6 +
 # \sqrt{d_y}$), to show what the mean mode does.
 
@@ -556,14 +557,17 @@ plt.show()
 # Solid: the network; dashed: Eq. 3 with the two fitted rates. Five networks with
 # different activations, gains and a residual architecture, one ODE. The last column is
 # the same leaky-ReLU MLP trained on the authors' *offset* targets: at the start the
-# mean output races to the mean target (rate $\bar\eta$, Eq. 4) and, on its way, drags
-# the output difference with it, the early bump in $w$ that the two-rate ODE cannot
-# follow. Centring the targets removes that transient without changing the task.
+# mean output races to the mean target (rate $\bar\eta$, Eq. 4) and, on its way, can
+# drag the output difference with it, a transient that the two-rate ODE leaves out. How
+# much it matters depends on the initialisation (over seeds 0-4 its $R^2$ ranged from
+# 0.91 to 0.99, and its conserved quantity drifted by up to 5%). Centring the targets
+# removes the transient without changing the task. It is not in the claims.
 #
-# The conserved quantity (5), computed with the fitted rates, drifts by well under 1%
-# over the whole run (column "C drift", relative to its largest value), and the early
-# fit predicts the final distance within a few per cent, while neither the lazy nor the
-# rich limit alone does.
+# The conserved quantity (5), computed with the fitted rates, drifts by at most a few per
+# cent over the whole run (column "C drift", relative to its largest value), and the
+# early fit, which has seen only the first 5-30% of training ("window"), predicts the
+# final distance to within about 10%, while neither the lazy nor the rich limit alone
+# describes all five networks.
 
 # %% [markdown]
 # ## Experiment 2: is the theory specific?
@@ -575,7 +579,8 @@ plt.show()
 perturbed_r2 = {}
 for name in cfg.archs:
     t, (h, y, w) = two_point[name]["t"], two_point[name]["hyw"]
-    perturbed_r2[name] = {v: fit_rates(t, h, y, w, 1.0, dy2, rhs=f)[2] for v, f in PERTURBED.items()}
+    perturbed_r2[name] = {v: fit_rates(t, h, y, w, 1.0, dy2, rhs=f)[2]
+                          for v, f in PERTURBED.items()}
 print(f"{'network':<12} {'Eq. 3':>7} " + " ".join(f"{v:>22}" for v in PERTURBED))
 for name in cfg.archs:
     print(f"{name:<12} {rows[name]['r2']:>7.3f} "
@@ -586,7 +591,7 @@ for name in cfg.archs:
 # $\dot w$ ruins every fit, whatever the rates. The encoder's *feedback* terms are a
 # different story, and we report it as we found it: doubling $\dot h$, flipping the sign
 # of the $\eta_h$ term in $\dot w$ or dropping the $\eta_h$ terms from $\dot y$ and
-# $\dot w$ altogether changes $R^2$ by about a hundredth, up or down. With a
+# $\dot w$ altogether changes $R^2$ by a few hundredths at most, up or down. With a
 # one-dimensional output the three variables are tied ($w$ is a function of $y$ and the
 # sign of $\Delta\hat y$), so these curves carry too little information to pin down
 # every term at our scale; the refitted rates absorb the difference. The authors' version
@@ -624,7 +629,7 @@ for g, regime in enumerate(("rich", "lazy")):
     D0, DT = sq_dists(H[g, 0]), sq_dists(H[g, -1])
     xor[regime] = dict(D0=D0, DT=DT, ratio=eta_h / eta_y, lr=xor_lr[g],
                        theory=theory_matrix(D0, sq_dists(out[g, 0]), Dx, Dystar, eta_h / eta_y),
-                       loss=float(half_mse(torch.tensor(out[g, -1:]), torch.tensor(ystar[g:g + 1]))[0]),
+                       loss=float(half_mse(torch.tensor(out[g, -1]), torch.tensor(ystar[g]))),
                        same_diff=(same_diff_ratio(D0, XOR_LABELS), same_diff_ratio(DT, XOR_LABELS)),
                        corr_target=offdiag_corr(DT, np.sqrt(Dx * Dystar)),
                        corr_init=offdiag_corr(DT, D0),
@@ -748,14 +753,15 @@ print(f"leaky ReLU, right sign convention: R^2 {fit_rates(t, h, y, w, 1.0, dy2)[
 # Pick the initial gain, the activation and the size of the network. Left: two-point
 # trajectories, network (solid) and Eq. 3 (dashed) with rates from the fast moment fit.
 # Middle: the conserved quantity $C(t)$ of Eq. 5 computed from the network with those
-# rates, relative to its initial value. Right: the trained XOR distance matrix next to
+# rates, and its two terms: they change a lot, their difference should not. Right: the
+# trained XOR distance matrix next to
 # Eq. 6's prediction. Slide the gain up and watch the matrix morph from the rich XOR
 # pattern (same-label pairs at zero distance) to the initial random geometry. All
 # networks were trained ahead of time (a grid of gains x activations x sizes, read at
 # the last-but-one hidden layer), so a move only redraws. Two things to look for: the
-# fit is best at moderate gains, and deep in the rich regime (small gain, slow escape
-# from the origin) the constant-rate ODE lags the network's sudden jump; tanh is odd,
-# so with zero biases it must first learn biases before it can align anything.
+# fit is best at moderate gains, and deep in the rich regime (small gain, a slow escape
+# from near-zero weights, then a sudden jump) constant effective rates describe the
+# network less well: the rates themselves grow as the weights do.
 
 # %%
 import ipywidgets as W
@@ -779,7 +785,9 @@ for si, (w_depth, w_width) in enumerate(cfg.widget_sizes):
             D0 = sq_dists(H[G + gi, 0])
             widget[si, act, gain] = dict(
                 t=t[gi], hyw=hyw, pred=pred, r2=r_squared(hyw, pred),
-                C=conserved(hyw[0], hyw[1], eta_h, eta_y, 1.0), DT=sq_dists(H[G + gi, -1]),
+                C=np.stack([eta_y * hyw[0], eta_h * hyw[1] / hyw[0],
+                            conserved(hyw[0], hyw[1], eta_h, eta_y, 1.0)]),
+                DT=sq_dists(H[G + gi, -1]),
                 theory=theory_matrix(D0, sq_dists(out[G + gi, 0]), Dx, Dystar, eta_h / eta_y),
                 ratio=same_diff_ratio(sq_dists(H[G + gi, -1]), XOR_LABELS))
 
@@ -790,11 +798,16 @@ def update(gain, activation, size):
     for i, label in enumerate(("h", "y", "w")):
         axes[0].plot(g["t"], g["hyw"][i], color=f"C{i}", lw=2, alpha=0.6, label=label)
         axes[0].plot(g["t"], g["pred"][i], color=f"C{i}", ls="--", lw=1)
-    axes[0].set(title=f"two points: $R^2$ = {max(g['r2'], -9.99):.3f}", xlabel="t")
+    moving = np.flatnonzero(np.abs(g["hyw"][1] - g["hyw"][1, -1]) > 0.01 * dy2)
+    t_end = g["t"][min(len(g["t"]) - 1, 2 * (moving[-1] + 1))] if len(moving) else g["t"][-1]
+    axes[0].set(title=f"two points: $R^2$ = {max(g['r2'], -9.99):.3f}", xlabel="t",
+                xlim=(0, max(t_end, 1e-9)))
     axes[0].legend(loc="best")
-    c0 = g["C"][0] if abs(g["C"][0]) > 1e-12 else 1.0
-    axes[1].plot(g["t"], np.clip(g["C"] / c0, -5, 5), color="C4")
-    axes[1].set(title="C(t) / C(0)", xlabel="t")
+    labels = ("$\\eta_y h$", "$\\eta_h d_x y/h$", "C")
+    for term, color, label in zip(g["C"], ("C0", "C1", "k"), labels):
+        axes[1].plot(g["t"], term, color=color, label=label, lw=1.2)
+    axes[1].set(title="Eq. 5: C and its two terms", xlabel="t", xlim=(0, max(t_end, 1e-9)))
+    axes[1].legend(loc="best")
     draw_matrices(axes[2:], (g["DT"], g["theory"]),
                   (f"XOR trained (ratio {g['ratio']:.2f})", "XOR, Eq. 6"))
     plt.show()
@@ -814,7 +827,7 @@ icmlbook.explore(update, controls, run=run)
 # | | paper | this book |
 # |---|---|---|
 # | theory | Eq. 3 for any smooth encoder/decoder, two effective rates | Eq. 3 from scratch, derived through an aligned decoder (Eq. 2, our reconstruction) |
-# | conserved quantity, final distance | yes (the XOR predictions use it) | Eq. 5 and Eq. 6; drift < 2% on the networks, closed form checked in the tests |
+# | conserved quantity, final distance | yes (the XOR predictions use it) | Eq. 5 and Eq. 6; drift at most 3% on the networks (seeds 0-4), closed form checked in the tests |
 # | two-point networks | 20 hidden layers x 500, leaky ReLU, ReLU, tanh, ELU, Swish, linear, ResNet, CNN, dropout, Adam | 6 x 128 MLPs (leaky ReLU, ReLU, tanh, SiLU) and a residual MLP; $R^2 \ge 0.95$ on every variable (claim 1) |
 # | out-of-sample | fits of the effective rates across depth and layers | early-window fit predicts the final distance within 10% (claims 2-3) |
 # | specificity | alternative ODEs fit worse | a wrong decoder term fits far worse (claim 4); wrong *encoder-feedback* terms fit about as well at our scale |
