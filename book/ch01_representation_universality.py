@@ -85,8 +85,8 @@ icmlbook.use_style()
 torch.set_flush_denormal(True)
 DTYPE = torch.float64
 cfg = run.pick(
-    smoke=dict(steps=500, record_every=5, xor_steps=800, archs=("leaky_relu", "residual"),
-               widget_gains=(0.5, 1.0, 2.0), widget_sizes=((2, 16),), widget_steps=400,
+    smoke=dict(steps=300, record_every=5, xor_steps=500, archs=("leaky_relu", "residual"),
+               widget_gains=(0.5, 1.0, 2.0), widget_sizes=((2, 16),), widget_steps=200,
                r2_min=0.93, endpoint_tol=0.15),
     default=dict(steps=2000, record_every=5, xor_steps=3000,
                  archs=("leaky_relu", "relu", "tanh", "silu", "residual"),
@@ -802,12 +802,12 @@ def update(gain, activation, size):
     t_end = g["t"][min(len(g["t"]) - 1, 2 * (moving[-1] + 1))] if len(moving) else g["t"][-1]
     axes[0].set(title=f"two points: $R^2$ = {max(g['r2'], -9.99):.3f}", xlabel="t",
                 xlim=(0, max(t_end, 1e-9)))
-    axes[0].legend(loc="best")
+    axes[0].legend(loc="center right")
     labels = ("$\\eta_y h$", "$\\eta_h d_x y/h$", "C")
     for term, color, label in zip(g["C"], ("C0", "C1", "k"), labels):
         axes[1].plot(g["t"], term, color=color, label=label, lw=1.2)
     axes[1].set(title="Eq. 5: C and its two terms", xlabel="t", xlim=(0, max(t_end, 1e-9)))
-    axes[1].legend(loc="best")
+    axes[1].legend(loc="center right")
     draw_matrices(axes[2:], (g["DT"], g["theory"]),
                   (f"XOR trained (ratio {g['ratio']:.2f})", "XOR, Eq. 6"))
     plt.show()
