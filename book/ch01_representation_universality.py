@@ -88,10 +88,10 @@ cfg = run.pick(
     smoke=dict(steps=300, record_every=5, xor_steps=500, archs=("leaky_relu", "residual"),
                widget_gains=(0.5, 1.0, 2.0), widget_sizes=((2, 16),), widget_steps=200,
                r2_min=0.93, endpoint_tol=0.15),
-    default=dict(steps=2000, record_every=5, xor_steps=3000,
+    default=dict(steps=2000, record_every=5, xor_steps=2000,
                  archs=("leaky_relu", "relu", "tanh", "silu", "residual"),
                  widget_gains=(0.5, 0.7, 1.0, 1.5, 2.2), widget_sizes=((3, 32), (4, 64)),
-                 widget_steps=1500, r2_min=0.93, endpoint_tol=0.15),
+                 widget_steps=1000, r2_min=0.93, endpoint_tol=0.15),
 )
 if tier == "smoke":  # every code path at tiny sizes; the claims are calibrated at default
     width, depth = min(width, 32), min(depth, 4)
@@ -164,8 +164,10 @@ print(f"tier {tier}: two-point nets {width} wide, {depth} deep, {cfg.steps} SGD 
 #   \tag{5}$$
 #
 # the analogue of the balancedness $W_2^\top W_2 - W_1 W_1^\top$ of deep linear networks
-# (Saxe et al., 2014): $y/h = \lVert J\rVert^2$ is the decoder's squared gain and $h /
-# d_x = \lVert A\rVert^2$ the encoder's.
+# (Saxe et al., 2014): with the aligned decoder, $y/h = \lVert J\rVert^2$ is the decoder's
+# squared gain and $h/d_x = \lVert A\Delta x\rVert^2/\lVert\Delta x\rVert^2$ the
+# encoder's squared gain along the pair. Exactly as in a two-layer linear network, the
+# scale set at initialisation is never forgotten.
 #
 # **The final representation in closed form.** Training ends at $w = 0$, $y = d_y$.
 # Putting that into Eq. 5 with $r = \eta_h/\eta_y$ gives a quadratic in $h_\infty$:
@@ -470,9 +472,8 @@ def theory_matrix(Dh0, Dy0, Dx, Dystar, ratio):
 # initial gain and learning rate) and one residual MLP (leaky ReLU, gain 0.5, our
 # choice), all `width` wide and `depth` deep; the theory is read at the middle layer.
 # Each network's targets are centred on its own initial mean output, so only the
-# difference mode of Eq. 4 has work to do. One
-# extra leaky-ReLU network keeps the authors' offset targets ($0.6$ and $0.6 +
-# \sqrt{d_y}$), to show what the mean mode does.
+# difference mode of Eq. 4 has work to do. One extra leaky-ReLU network keeps the
+# authors' offset targets ($0.6$ and $0.6 + \sqrt{d_y}$), to show what the mean mode does.
 
 # %%
 track_layer = depth // 2

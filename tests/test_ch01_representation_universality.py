@@ -155,7 +155,7 @@ def test_specificity_claim_fails_if_the_theory_itself_is_wrong(leaky_two_point):
     assert broken - other < 0.5
 
 
-def xor_run(gain, steps=3000, freeze_hidden=False, width=128, depth=6):
+def xor_run(gain, steps=2000, freeze_hidden=False, width=128, depth=6):
     """An XOR network as in the chapter; freeze_hidden trains the readout only (broken)."""
     X = torch.tensor(ch.XOR_X[None])
     Y = torch.tensor((np.where(ch.XOR_LABELS == 1, 0.5, -0.5)[:, None] * np.sqrt(DY2))[None])
