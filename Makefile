@@ -34,7 +34,8 @@ $(STAMP): pyproject.toml
 # One pytest run: library and chapter unit tests, structure, papermill smoke runs,
 # the CLI, the HTML book build, and nbval re-running every committed notebook.
 test: venv
-	ICMLBOOK_HEADLESS=1 $(BIN)/python -m pytest -n $(JOBS) --dist loadscope --nbval-lax tests book
+	ICMLBOOK_HEADLESS=1 $(BIN)/python -m pytest -n $(JOBS) --dist loadscope \
+		--nbval-lax --nbval-cell-timeout=900 tests book
 
 lint: venv
 	$(BIN)/ruff check icmlbook tests

@@ -18,6 +18,8 @@ NOISE_CELL_KEYS = ("papermill", "execution", "ExecuteTime", "collapsed", "scroll
 # The kernel logs only errors: ipykernel otherwise warns on every start that local TCP
 # is unencrypted, which buries the runner's own progress lines.
 KERNEL_ARGS = ["--IPKernelApp.log_level=ERROR"]
+# Seconds a single cell may run before the run fails (instead of hanging a batch or CI).
+CELL_TIMEOUT = {"smoke": 300, "default": 900, "full": None}
 
 
 @dataclass
@@ -97,7 +99,8 @@ def execute(chapter: Chapter, tier: str, seed: int, params: dict[str, Any], out_
             pm.execute_notebook(str(src), str(executed), parameters=inject, kernel_name="python3",
                                 progress_bar=False, log_output=verbose,
                                 stdout_file=sys.stdout if verbose else None,
-                                cwd=str(chapter.py.parent), extra_arguments=KERNEL_ARGS)
+                                cwd=str(chapter.py.parent), extra_arguments=KERNEL_ARGS,
+                                execution_timeout=CELL_TIMEOUT[tier])
             result.ok = True
         except pm.PapermillExecutionError as exc:
             result.error = _describe(exc)

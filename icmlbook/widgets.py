@@ -1,8 +1,8 @@
 """``explore``: one helper for every chapter's interactive section.
 
-It shows the controls above an Output area and redraws on every change. Run
-headless (papermill, nbval, the book build) it renders once with the default
-values, and the stored notebook shows that figure. At the smoke tier it also
+Live (JupyterLab) it shows the controls above an Output area and redraws on every
+change. Headless (papermill, nbval) it draws the default view once as a plain
+output under the controls, and the stored notebook and the HTML book show that. At the smoke tier it also
 moves every control to each of its extremes (slider ends, every option, both
 states of a checkbox), so a crash at an extreme fails the tests, then puts the
 defaults back. The slowest redraw is kept in the run record.
@@ -51,60 +51,83 @@ def explore(update: Callable[..., Any], controls: dict[str, Any], *, run: Any = 
     ``update`` draws with matplotlib and ends with ``plt.show()``. ``exercise``
     (default: ``run.tier == "smoke"``) moves each control through
     :func:`extremes` and raises if any value makes ``update`` fail.
+
+    Headless (``ICMLBOOK_HEADLESS=1``: papermill, nbval, the tests) the default view is
+    drawn as a plain output under the controls, not inside an Output widget: nbclient
+    answers every Output-widget update on the kernel's shell channel while it waits on
+    that channel for the cell to finish, and runs were seen to hang there. The stored
+    notebook and the HTML book show the controls and the default figure either way.
     Returns None, so that a cell ending with ``explore(...)`` shows the view once.
     """
     import ipywidgets as W
     from IPython.display import display
 
-    out = W.Output()
+    from icmlbook.progressbar import headless
+
     errors: list[str] = []
     slowest = [0.0]
-    paused = [False]
+    paused = [False]  # set while an exercise moves the controls: no live redraws
 
-    def render(_change: Any = None) -> None:
-        if paused[0]:
-            return
-        values = {k: w.value for k, w in controls.items()}
+    def call(values: dict[str, Any]) -> None:
         t0 = time.perf_counter()
-        with out:
-            out.clear_output(wait=True)
-            try:
-                update(**values)
-            except Exception as exc:  # the Output widget would swallow it: keep it
-                errors.append(f"{values}: {type(exc).__name__}: {exc}")
-                traceback.print_exc()
-        slowest[0] = max(slowest[0], time.perf_counter() - t0)
-
-    def set_all(values: dict[str, Any]) -> None:
-        paused[0] = True  # one redraw for the whole setting, not one per control
         try:
-            for k, v in values.items():
-                controls[k].value = v
-        finally:
-            paused[0] = False
-        render()
+            update(**values)
+        except Exception as exc:  # collected, so an exercise reports every failing setting
+            errors.append(f"{values}: {type(exc).__name__}: {exc}")
+            traceback.print_exc()
+        slowest[0] = max(slowest[0], time.perf_counter() - t0)
 
     for w in controls.values():
         if hasattr(w, "continuous_update"):
             w.continuous_update = False  # redraw on release, not on every pixel
-        w.observe(render, names="value")
     children = ([W.HTML(f"<b>{title}</b>")] if title else []) + list(controls.values())
-    box = W.VBox([W.Box(children, layout=W.Layout(flex_flow="row wrap")), out])
-    display(box)
-    render()
+    panel = W.Box(children, layout=W.Layout(flex_flow="row wrap"))
+    if headless():
+        display(panel)
+        call({k: w.value for k, w in controls.items()})
+    else:
+        out = W.Output()
+
+        def render(_change: Any = None) -> None:
+            if paused[0]:
+                return
+            with out:
+                out.clear_output(wait=True)
+                call({k: w.value for k, w in controls.items()})
+
+        for w in controls.values():
+            w.observe(render, names="value")
+        display(W.VBox([panel, out]))
+        render()
+    if errors:
+        raise RuntimeError("the widget failed with its defaults: " + errors[0])
     if exercise is None:
         exercise = run is not None and getattr(run, "tier", None) == "smoke"
     if exercise:
-        import matplotlib as mpl
-
-        defaults = {k: w.value for k, w in controls.items()}
-        with mpl.rc_context({"figure.dpi": 30}):  # these views are replaced: draw them cheaply
-            for setting in extreme_settings(controls):
-                set_all(setting)
-        set_all(defaults)
+        paused[0] = True
+        try:
+            _exercise(controls, call)
+        finally:
+            paused[0] = False
         if errors:
             raise RuntimeError("the widget failed at: " + " | ".join(errors))
-    if errors:
-        raise RuntimeError("the widget failed with its defaults: " + errors[0])
     if run is not None:
         run.widget_seconds = round(slowest[0], 3)
+
+
+def _exercise(controls: dict[str, Any], call: Callable[[dict[str, Any]], None]) -> None:
+    """Draw every extreme setting out of sight (outputs captured, low dpi), then put the
+    controls back to their defaults without redrawing: the default view stays."""
+    import matplotlib as mpl
+    import matplotlib.pyplot as plt
+    from IPython.utils.capture import capture_output
+
+    defaults = {k: w.value for k, w in controls.items()}
+    with capture_output(), mpl.rc_context({"figure.dpi": 30}):
+        for setting in extreme_settings(controls):
+            for k, v in setting.items():
+                controls[k].value = v  # the control must accept the value itself
+            call({k: w.value for k, w in controls.items()})
+            plt.close("all")
+        for k, v in defaults.items():
+            controls[k].value = v

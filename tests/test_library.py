@@ -200,12 +200,24 @@ def test_explore_exercises_extremes_and_reports_failures():
     with pytest.raises(RuntimeError, match="boom at the corner"):
         widgets.explore(update, controls, run=Run())
     assert (0, "a") in seen and (10, "b") in seen
-    assert controls["n"].value == 5 and seen[-1] == (5, "a")  # defaults restored
+    assert seen[0] == (5, "a")  # the default view is drawn first and kept
+    assert controls["n"].value == 5 and controls["mode"].value == "a"  # defaults restored
 
     ok = Run()
     widgets.explore(lambda n, mode: None, {"n": W.IntSlider(value=1, min=0, max=2),
                                             "mode": W.Dropdown(options=["a"])}, run=ok)
     assert ok.widget_seconds is not None
+
+
+def test_explore_live_redraws_on_change(monkeypatch):
+    import ipywidgets as W
+
+    monkeypatch.setenv("ICMLBOOK_HEADLESS", "0")
+    calls = []
+    slider = W.IntSlider(value=2, min=0, max=4)
+    widgets.explore(lambda k: calls.append(k), {"k": slider})
+    slider.value = 3  # a reader moves the slider: the callback runs again
+    assert calls == [2, 3] and slider.continuous_update is False
 
 
 def test_explore_renders_once_headless_when_not_smoke():

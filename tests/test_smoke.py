@@ -144,3 +144,18 @@ def test_run_many_in_parallel(tmp_path):
                        tmp_path, inplace=False, workers=2)
     assert [r.seed for r in results] == [1, 2] and all(r.ok for r in results)
     assert results[1].record["params"]["alpha"] == 0.2
+
+
+@pytest.mark.smoke
+def test_a_hanging_cell_fails_instead_of_blocking(failing_book, tmp_path, monkeypatch):
+    from icmlbook import runner
+    from icmlbook.chapters import list_chapters as chapters_of
+
+    src = failing_book / "book" / "ch05_conformal_betting.py"
+    src.write_text(src.read_text().replace("run.claim(\"value is small\"",
+                                           "import time\ntime.sleep(120)\nrun.claim(\"value is small\""))
+    monkeypatch.setitem(runner.CELL_TIMEOUT, "smoke", 5)
+    (ch,) = chapters_of(failing_book)
+    result = runner.execute(ch, "smoke", 0, {}, tmp_path)
+    assert not result.ok and result.seconds < 60
+    assert "timed out" in result.error.lower() or "timeout" in result.error.lower()
