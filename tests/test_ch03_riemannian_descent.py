@@ -143,7 +143,7 @@ def test_curvature_claims_hold(seed):
     rows, t = claim_table(H, seed)
     assert max(r["ball"] for r in rows) <= 1 + 1e-9  # claim 1
     assert t["rgd"][-1] / t["rgd"][0] >= 2.0  # claim 2
-    assert max(np.max(t[k] - t[k][0]) for k in ["outer_1", "outer_10", "outer_100"]) <= 1.0
+    assert max(np.max(t[k] - t[k][0]) for k in ["outer_1", "outer_10", "outer_100"]) <= 1.5
     assert t["inner_10"][-1] / t["inner_10"][0] >= 1.5  # claim 4
 
 
@@ -183,14 +183,15 @@ def test_single_step_prox_fails_the_outer_loop_claim():
                             prob["f_star"], max_inner=1)
             counts.append(ch.iterations(xs, prob))
         outer.append(np.mean(counts))
-    assert outer[1] - outer[0] > 1.0
+    assert outer[1] - outer[0] > 1.5
 
 
 @pytest.mark.parametrize("M, D, R", [(H, 3.0, 4.0), (S, 0.5, 0.7)], ids=["H2", "S2"])
 def test_prox_claims_hold_and_fail_when_over_relaxed(M, D, R):
     # claims 5 and 6: the exact prox never moves away from x*; a prox step taken 2.5 times
     # too far does
-    ok = ch.prox_displacements(M, D, R, 8, np.random.default_rng(0))
-    assert ok.max() <= 1e-9
-    bad = ch.prox_displacements(M, D, R, 8, np.random.default_rng(0), relax=2.5)
-    assert bad.max() > 1e-9
+    before, after, lams = ch.prox_displacements(M, D, R, 8, np.random.default_rng(0))
+    assert len(before) == 8 * 3 and set(lams) == {0.1, 1.0, 10.0}
+    assert np.max(after - before) <= 1e-9
+    before, after, _ = ch.prox_displacements(M, D, R, 8, np.random.default_rng(0), relax=2.5)
+    assert np.max(after - before) > 1e-9
