@@ -210,9 +210,20 @@ def minkowski(u, v):
     return -u[..., 0] * v[..., 0] + np.sum(u[..., 1:] * v[..., 1:], axis=-1)
 
 
+def euclidean_inner(x, u, v):
+    """The ambient dot product u.v: the metric of the sphere and of the plane."""
+    return np.sum(u * v, axis=-1)
+
+
 def _unit(u, n):
     """u / n, with 0 where n is (numerically) zero."""
     return np.where(n > 1e-15, u / np.where(n > 1e-15, n, 1.0), 0.0)
+
+
+def _polar(r, theta, height, radial):
+    """The point (height(r), radial(r) cos theta, radial(r) sin theta)."""
+    r, theta = np.broadcast_arrays(np.asarray(r, float), np.asarray(theta, float))
+    return np.stack([height(r), radial(r) * np.cos(theta), radial(r) * np.sin(theta)], -1)
 
 
 class Hyperbolic:
@@ -252,8 +263,7 @@ class Hyperbolic:
     @staticmethod
     def polar(r, theta):
         """The point at distance r from the origin (1, 0, 0) in direction theta."""
-        r, theta = np.broadcast_arrays(np.asarray(r, float), np.asarray(theta, float))
-        return np.stack([np.cosh(r), np.sinh(r) * np.cos(theta), np.sinh(r) * np.sin(theta)], -1)
+        return _polar(r, theta, np.cosh, np.sinh)
 
     @staticmethod
     def disc_radius(D, u):
@@ -270,10 +280,7 @@ class Sphere:
     """The unit sphere S2 (curvature +1) in R^3."""
     kappa = 1.0
     name = "S2"
-
-    @staticmethod
-    def inner(x, u, v):
-        return np.sum(u * v, axis=-1)
+    inner = staticmethod(euclidean_inner)
 
     @staticmethod
     def dist(x, y):
@@ -299,8 +306,7 @@ class Sphere:
     @staticmethod
     def polar(r, theta):
         """The point at distance r from the north pole (1, 0, 0) in direction theta."""
-        r, theta = np.broadcast_arrays(np.asarray(r, float), np.asarray(theta, float))
-        return np.stack([np.cos(r), np.sin(r) * np.cos(theta), np.sin(r) * np.sin(theta)], -1)
+        return _polar(r, theta, np.cos, np.sin)
 
     @staticmethod
     def disc_radius(D, u):
@@ -318,10 +324,7 @@ class Flat:
     """The Euclidean plane, stored as (0, x1, x2): the curvature-free control."""
     kappa = 0.0
     name = "R2"
-
-    @staticmethod
-    def inner(x, u, v):
-        return np.sum(u * v, axis=-1)
+    inner = staticmethod(euclidean_inner)
 
     @staticmethod
     def dist(x, y):
@@ -341,8 +344,7 @@ class Flat:
 
     @staticmethod
     def polar(r, theta):
-        r, theta = np.broadcast_arrays(np.asarray(r, float), np.asarray(theta, float))
-        return np.stack([np.zeros_like(r), r * np.cos(theta), r * np.sin(theta)], -1)
+        return _polar(r, theta, np.zeros_like, lambda r: r)
 
     @staticmethod
     def disc_radius(D, u):
@@ -589,7 +591,7 @@ plt.show()
 # %% [markdown]
 # All three runs head into the ball and never come back out: the distance to $x^*$ is
 # monotone. The conservative step of Eq. 7 is about $\zeta_R$ times slower than
-# $1/L$; RPPA needs only a handful of outer steps, each of which costs a few dozen inner
+# $1/L$; RPPA needs only a handful of outer steps, each of which costs about a dozen inner
 # gradient evaluations.
 #
 # ### The sweep: curvature against iterations
@@ -859,9 +861,9 @@ with np.errstate(all="ignore"):
 # $d(x_t, x^*)/R$. Push the step far past $2/L$ and see how large it must be before RGD
 # leaves the ball (for the Karcher mean, with our worst-case $L$: very large).
 #
-# On the sphere the spread and start are clamped ($D \le 0.6$, $R \le 0.9$) so that the
-# data and the ball stay in a region where the problem is g-convex (radius $< \pi/2$);
-# runs are capped at `widget_steps` gradient evaluations, and a diverging run stops
+# On the sphere the spread and start are clamped ($D \le 0.6$, and $R$ such that
+# $R + \max_i d(x^*, p_i) < \pi/2$) so that every point of the ball sees every data point
+# within $\pi/2$, where the problem is g-convex; runs are capped at `widget_steps` gradient evaluations, and a diverging run stops
 # when its gap explodes (its path is drawn up to there).
 
 # %%
@@ -884,7 +886,11 @@ def update(manifold, spread, start, step, lam_w):
 
 
 def draw_widget(manifold, spread, start, step, lam_w):
-    D, R = (min(spread, 0.6), min(start, 0.9)) if manifold == "S2" else (spread, start)
+    D, R = spread, start
+    if manifold == "S2":  # clamp into the g-convex region (see above)
+        D = min(spread, 0.6)
+        data_radius = widget_problem("S2", D, 0.1)["r_max"] - 0.1  # max_i d(x*, p_i)
+        R = min(start, round(np.pi / 2 - 0.05 - data_radius, 2))
     prob = widget_problem(manifold, D, R)
     M, P, fs = prob["M"], prob["P"], prob["f_star"]
     budget = cfg.widget_steps
