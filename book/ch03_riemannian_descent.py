@@ -848,7 +848,7 @@ broken_rgd = {
 with np.errstate(all="ignore"):
     for name, xs in broken_rgd.items():
         print(f"broken RGD ({name}, D = 2): ball ratio {ball_ratio(xs, show):.3g} "
-              f"(claim 1 needs <= 1), steps to target {iterations(xs, show)}")
+              f"(claim 1 needs <= 1)")
 
 # %% [markdown]
 # ## Explore
