@@ -504,8 +504,12 @@ def tangent_direction(M, x, theta):
 def make_problem(M, D, R, n, rng):
     """Karcher-mean data in a disc of radius D, its minimiser and a start at distance R."""
     P = M.polar(M.disc_radius(D, rng.random(n)), rng.uniform(0, 2 * np.pi, n))
-    x_star = karcher_mean(M, P)
-    x0 = M.exp(x_star, R * tangent_direction(M, x_star, rng.uniform(0, 2 * np.pi)))
+    return problem_at(M, P, karcher_mean(M, P), R, rng.uniform(0, 2 * np.pi))
+
+
+def problem_at(M, P, x_star, R, theta):
+    """The problem of data P with minimiser x_star, started at distance R in direction theta."""
+    x0 = M.exp(x_star, R * tangent_direction(M, x_star, theta))
     r_max = R + M.dist(x_star, P).max()
     return dict(M=M, P=P, x_star=x_star, f_star=float(karcher_f(M, x_star, P)), x0=x0,
                 R=float(M.dist(x0, x_star)), L=zeta(r_max, M.kappa),
@@ -879,11 +883,19 @@ import functools
 import ipywidgets as W
 
 
-@functools.lru_cache(maxsize=64)
-def widget_problem(manifold, D, R):
-    """A fixed-noise problem for the widget (cached: moving the step or lambda is cheap)."""
+@functools.lru_cache(maxsize=None)
+def widget_data(manifold, D):
+    """Fixed-noise data of radius D and its Karcher mean (cached: only D needs a new x*)."""
     M = MANIFOLDS[manifold]
-    return make_problem(M, D, R, n_points, np.random.default_rng(seed + 1))
+    rng = np.random.default_rng(seed + 1)
+    P = M.polar(M.disc_radius(D, rng.random(n_points)), rng.uniform(0, 2 * np.pi, n_points))
+    return P, karcher_mean(M, P)
+
+
+def widget_problem(manifold, D, R):
+    """The widget's problem: cached data, a start at distance R in a fixed direction."""
+    P, x_star = widget_data(manifold, round(D, 2))
+    return problem_at(MANIFOLDS[manifold], P, x_star, R, theta=4.0)
 
 
 def update(manifold, spread, start, step, lam_w):
@@ -932,6 +944,10 @@ controls = dict(
     lam_w=W.FloatLogSlider(value=lam, base=10, min=-1, max=2, step=0.25, description="lambda"),
 )
 icmlbook.explore(update, controls, run=run)
+# warm the cache: every spread value of the slider, so that a move never waits for x*
+for name, top in (("H2", controls["spread"].max), ("S2", 0.6)):
+    for D in np.arange(1, round(top * 10) + 1) / 10:
+        widget_data(name, D)
 
 # %% [markdown]
 # ## Paper vs. this book
