@@ -154,9 +154,9 @@ print(f"tier {tier}: data radii D = {cfg.radii} on H2, {cfg.trials} random probl
 #
 # So with $\eta \le 1/(\zeta L)$ the distance to $x^*$ never increases and the iterates
 # stay in $B(x^*, d(x_0, x^*))$; then $L$ and $\zeta$ need only hold on that ball, and
-# there is no circularity. The paper shows that the more practical $\eta = 1/L$ also
-# keeps the iterates in a ball (of a radius that may depend on the curvature); we run
-# both step sizes and measure.
+# there is no circularity. The paper shows that its methods' iterates stay in a ball
+# whose radius depends on the initial distance and, in some cases, on the curvature,
+# also for steps like the practical $\eta = 1/L$; we run both step sizes and measure.
 #
 # **Riemannian proximal point.** Each outer step solves a regularised problem,
 #
@@ -164,7 +164,8 @@ print(f"tier {tier}: data radii D = {cfg.radii} on H2, {cfg.trials} random probl
 #   h_t(y) = f(y) + \frac{1}{2\lambda}\,d(x_t, y)^2. \tag{8}$$
 #
 # On a Hadamard manifold (curvature $\le 0$) exact RPPA has the curvature-free rate
-# $f(x_k) - f^* \le d(x_0,x^*)^2 / (2\sum_{j<k}\lambda_j)$ (Bento et al. 2017): the outer
+# $f(x_k) - f^* \le d(x_0,x^*)^2 / (2\sum_{j<k}\lambda_j)$ (Bento et al. 2017, as we
+# recall it): the outer
 # loop does not see $\zeta$. The curvature has moved into $h_t$, whose condition number
 # is about $(L + \zeta/\lambda)/(\mu + 1/\lambda)$.
 #
@@ -198,8 +199,11 @@ print(f"tier {tier}: data radii D = {cfg.radii} on H2, {cfg.trials} random probl
 #
 # Each manifold is a small class of static methods that broadcast over leading axes:
 # `x` of shape `(3,)` against data `P` of shape `(N, 3)` gives `N` distances or log
-# maps at once. Pitfalls handled here: `arccosh`/`arccos` arguments are clipped to their
-# domain, a log map between (numerically) equal points returns zero, and every
+# maps at once. Pitfalls handled here: distances use the forms
+# $2\,\mathrm{asinh}(\|x - y\|_L/2)$ and $\mathrm{atan2}(\|x\times y\|, x^\top y)$, equal to
+# Eq. 2–3 but exact also for nearby points ($\mathrm{arccosh}(1+\epsilon) \approx
+# \sqrt{2\epsilon}$ loses half the digits), a log map between (numerically) equal
+# points returns zero, and every
 # hyperbolic exp puts the point back on the hyperboloid ($x_0 = \sqrt{1 + x_1^2 +
 # x_2^2}$), or rounding would drift off it. The flat plane $\mathbb R^2$ (stored as
 # $(0, x_1, x_2)$) is the curvature-free control.
@@ -684,7 +688,7 @@ plt.show()
 # conservative step of Eq. 7 costs about a factor $\zeta_R$, as the right panel shows.
 #
 # Counted in gradient evaluations, RGD with $\eta = 1/L$ is *cheaper* than inexact
-# RPPA on this easy, strongly convex problem (about 48 against 83 at $D = 4$). The case
+# RPPA on this easy, strongly convex problem (roughly 50 against 80 at $D = 4$). The case
 # for the proximal method is not the raw count: its outer loop is curvature-free, so any
 # better subproblem solver (or a subproblem with a closed form) turns directly into a
 # faster method, and the prox has the stability properties measured next.
@@ -775,8 +779,9 @@ plt.show()
 #    on $\mathbb H^2$ and $\mathbb S^2$ (RGD with $1/L$ and $1/(\zeta L)$, inexact RPPA
 #    at three $\lambda$, exact RPPA), $\max_t d(x_t, x^*)/d(x_0, x^*) \le 1 + 10^{-9}$.
 # 2. **Curvature slows RGD:** mean RGD iterations at the largest radius ($D = 4$; 6 at
-#    the full tier) are at least 2 times those at $D = 0.5$ (a run that never converges counts as infinite iterations, so a
-#    diverging implementation passes this one and fails claim 1).
+#    the full tier) are at least 2 times those at $D = 0.5$. (A run that never
+#    converges counts as infinitely many iterations: a diverging implementation passes
+#    this one and fails claim 1.)
 # 3. **RPPA's outer loop does not pay for it:** for each $\lambda \in \{1, 10, 100\}$,
 #    the mean outer iteration count at any radius exceeds the one at $D = 0.5$ by at most
 #    1.5 iterations. (Our calibration: at most 0.8 over seeds 0–4. The excess is not
@@ -874,8 +879,9 @@ with np.errstate(all="ignore"):
 #
 # On the sphere the spread and start are clamped ($D \le 0.6$, and $R$ such that
 # $R + \max_i d(x^*, p_i) < \pi/2$) so that every point of the ball sees every data point
-# within $\pi/2$, where the problem is g-convex; runs are capped at `widget_steps` gradient evaluations, and a diverging run stops
-# when its gap explodes (its path is drawn up to there).
+# within $\pi/2$, where the problem is g-convex. Runs are capped at `widget_steps`
+# gradient evaluations, and a diverging run stops when its gap explodes (its path is
+# drawn up to there).
 
 # %%
 import functools
@@ -966,8 +972,8 @@ for name, top in (("H2", controls["spread"].max), ("S2", 0.6)):
 # which give sharper, curvature-dependent radii and rates that we did not transcribe. The
 # inexactness criterion of Eq. 9 is ours. Our measured ball ratio is exactly 1 for
 # $\eta = 1/L$ because the Karcher mean is *strongly* g-convex and our $L$ is a
-# worst-case bound on the ball; the paper's larger radii are needed for merely convex
-# $f$ and for steps closer to the largest admissible one. We did not retrieve the
+# worst-case bound on the ball; the paper's general radii also cover merely convex $f$
+# and other step sizes, where the ball can be larger (exercise 1). We did not retrieve the
 # paper's experiments or tables, so we compare with its claims, not its numbers.
 
 # %% [markdown]
