@@ -779,7 +779,8 @@ plt.show()
 #    on $\mathbb H^2$ and $\mathbb S^2$ (RGD with $1/L$ and $1/(\zeta L)$, inexact RPPA
 #    at three $\lambda$, exact RPPA), $\max_t d(x_t, x^*)/d(x_0, x^*) \le 1 + 10^{-9}$.
 # 2. **Curvature slows RGD:** mean RGD iterations at the largest radius ($D = 4$; 6 at
-#    the full tier) are at least 2 times those at $D = 0.5$. (A run that never
+#    the full tier) are at least 2.5 times those at $D = 0.5$ (the brief's threshold;
+#    we measured 3.3-3.5 over seeds 0-4). (A run that never
 #    converges counts as infinitely many iterations: a diverging implementation passes
 #    this one and fails claim 1.)
 # 3. **RPPA's outer loop does not pay for it:** for each $\lambda \in \{1, 10, 100\}$,
@@ -788,7 +789,8 @@ plt.show()
 #    zero because the start distance $R = D + 1$ grows too, and a linearly converging
 #    loop pays about $\log R$ for that; RGD's count grows by 30 iterations or more.)
 # 4. **The work moves into the inner loop:** iRPPA's total inner gradient evaluations
-#    ($\lambda = 10$) at the largest radius are at least 1.5 times those at $D = 0.5$.
+#    ($\lambda = 10$) at the largest radius are at least 2 times those at $D = 0.5$
+#    (the brief's threshold; we measured 2.7-3.0 over seeds 0-4).
 # 5. **The prox is quasi-nonexpansive, negative curvature:** on $\mathbb H^2$,
 #    $\max\ d(\mathrm{prox}(x), x^*) - d(x, x^*) \le 10^{-9}$.
 # 6. **... and positive curvature:** the same on $\mathbb S^2$.
@@ -803,11 +805,11 @@ run.claim("iterates stay in B(x*, d(x0, x*))", h_ball, "<=", 1 + 1e-9,
           "RGD (eta = 1/L) and inexact RPPA never leave the ball of radius d(x0, x*) around "
           "the minimiser, on H2 and S2", digits=12)
 span = f"D={cfg.radii[-1]:g} / D={cfg.radii[0]:g}"  # the largest radius against the smallest
-run.claim(f"RGD iterations, {span}", rgd_growth, ">=", 2.0,
+run.claim(f"RGD iterations, {span}", rgd_growth, ">=", 2.5,
           "curvature (through L = zeta) slows RGD")
 run.claim(f"iRPPA outer iterations, excess over D={cfg.radii[0]:g}", outer_excess, "<=", 1.5,
           "RPPA's outer iteration count does not grow with curvature")
-run.claim(f"iRPPA inner work, {span}", inner_growth, ">=", 1.5,
+run.claim(f"iRPPA inner work, {span}", inner_growth, ">=", 2.0,
           "the curvature cost moves into RPPA's inner loops (the trade-off)")
 run.claim("prox moves towards x*, H2 (max change)", prox_change["H2"].max(), "<=", 1e-9,
           "the Riemannian prox is quasi-nonexpansive in negative curvature")

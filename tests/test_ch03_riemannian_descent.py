@@ -142,9 +142,9 @@ def claim_table(M, seed, trials=2, radii=RADII):
 def test_curvature_claims_hold(seed):
     rows, t = claim_table(H, seed)
     assert max(r["ball"] for r in rows) <= 1 + 1e-9  # claim 1
-    assert t["rgd"][-1] / t["rgd"][0] >= 2.0  # claim 2
+    assert t["rgd"][-1] / t["rgd"][0] >= 2.5  # claim 2
     assert max(np.max(t[k] - t[k][0]) for k in ["outer_1", "outer_10", "outer_100"]) <= 1.5
-    assert t["inner_10"][-1] / t["inner_10"][0] >= 1.5  # claim 4
+    assert t["inner_10"][-1] / t["inner_10"][0] >= 2.0  # claim 4
 
 
 def test_sphere_runs_stay_in_their_ball_and_converge():
@@ -167,8 +167,8 @@ def test_broken_log_map_and_huge_step_leave_the_ball():
 def test_flat_geometry_fails_the_growth_claims():
     # claims 2 and 4: with the exp/log maps of the plane, curvature cannot slow anything
     _, t = claim_table(F, 0)
-    assert t["rgd"][-1] / t["rgd"][0] < 2.0
-    assert t["inner_10"][-1] / t["inner_10"][0] < 1.5
+    assert t["rgd"][-1] / t["rgd"][0] < 2.5
+    assert t["inner_10"][-1] / t["inner_10"][0] < 2.0
 
 
 def test_single_step_prox_fails_the_outer_loop_claim():
