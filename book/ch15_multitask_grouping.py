@@ -364,7 +364,7 @@ def exhaustive_search(train, val, K, **train_kw):
 # %%
 rng = np.random.default_rng(seed)
 (train, val, test), truth = make_splits(GROUPS, (cfg.n_train, cfg.n_val, cfg.n_test), rng, minor)
-N = len(truth)
+n_tasks = len(truth)
 common = dict(tau=tau, lr=lr, epochs=cfg.epochs)
 
 dmtg_runs = []
@@ -381,8 +381,8 @@ dmtg_seconds = float(np.mean([d["seconds"] for d in dmtg_runs]))
 
 baselines = {}
 for name, K, g in [("planted grouping", len(GROUPS), truth),
-                   ("one shared branch", 1, np.zeros(N, int)),
-                   ("one branch per task", N, np.arange(N))]:
+                   ("one shared branch", 1, np.zeros(n_tasks, int)),
+                   ("one branch per task", n_tasks, np.arange(n_tasks))]:
     model, _, _ = train_grouped(*train, K, grouping=g, seed=1000 * seed, **common)
     baselines[name] = pruned_mse(model, g, *test)
 
@@ -401,13 +401,13 @@ print(f"planted grouping {canonical(truth)}")
 fig, axes = plt.subplots(1, 2, figsize=(8, 2.8), gridspec_kw=dict(width_ratios=[2.2, 1]))
 epochs_axis = np.arange(1, cfg.epochs + 1)
 for r, d in enumerate(dmtg_runs):
-    for i in range(N):
+    for i in range(n_tasks):
         axes[0].plot(epochs_axis, d["history"][:, i, 0], color=f"C{r}", lw=1,
                      ls="-" if truth[i] == 0 else "--", alpha=0.8)
 axes[0].set(xlabel="epoch", ylabel=r"$P(\mathrm{task} \to \mathrm{branch}\ 0)$",
             title=f"assignment of each task, {restarts} restarts (colours)", ylim=(-0.02, 1.02))
 im = axes[1].imshow(best["history"][-1], vmin=0, vmax=1, cmap="viridis", aspect="auto")
-axes[1].set(xticks=range(K_MAIN), yticks=range(N), xlabel="branch k",
+axes[1].set(xticks=range(K_MAIN), yticks=range(n_tasks), xlabel="branch k",
             yticklabels=[f"task {i} (group {g})" for i, g in enumerate(truth)],
             title=r"softmax($\Theta$), best restart")
 fig.colorbar(im, ax=axes[1])
@@ -549,9 +549,10 @@ run.verdict()
 # bug is to forget the weights $G$ in Eq. 4 and sum every head's loss: all branches and
 # heads train, but $\Theta$ gets no gradient, stays at zero, and the argmax sends every
 # task to branch 0, which was trained to serve all six tasks at once: a one-shared-branch
-# model in disguise. The tests run this variant and a second break (the logits learning
-# thirty times faster than the weights, so the assignment commits before the branches
-# specialise) and check that each fails the claims it should.
+# model in disguise. The tests run this variant and three more breaks (Eq. 3's softmax
+# taken over tasks instead of branches; pruning that keeps branch 0's heads for every
+# task; an encoder recomputed once per head) and check that each fails the claims it
+# should.
 
 # %%
 def unweighted_loss(L, G):

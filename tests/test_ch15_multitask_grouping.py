@@ -7,6 +7,7 @@ import pytest
 import torch
 from helpers import chapter_defs
 
+torch.set_num_threads(1)  # tiny models: one thread is much faster (see CONVENTIONS)
 ch = chapter_defs("ch15_multitask_grouping")
 TRUTH = np.array([0, 0, 0, 1, 1, 1])
 SMALL = dict(tau=2.5, lr=0.01, epochs=10)  # a reduced recipe for the search tests
@@ -181,11 +182,15 @@ def test_unweighted_loss_fails_recovery_and_error_claims(references):
     assert mse / ref["planted"] > 1.25  # fails claim 5
 
 
-def test_fast_theta_fails_recovery(references):
-    # theta learning 30x faster than the weights commits before the branches specialise
+def test_softmax_over_the_wrong_axis_fails_recovery(references, monkeypatch):
+    # Eq. 3 normalised over tasks (dim 0) instead of branches: rows no longer sum to one
+    def gumbel_softmax_dim0(theta, tau, generator=None):
+        u = torch.rand(theta.shape, generator=generator).clamp(1e-10, 1 - 1e-10)
+        return torch.softmax((theta - torch.log(-torch.log(u))) / tau, dim=0)
+    monkeypatch.setattr(ch, "gumbel_softmax", gumbel_softmax_dim0)
     train, test, ref = references
-    recovered, wrong, mse = dmtg_claims(train, test, restarts=5, theta_lr=0.3)
-    assert recovered < 3  # fails claim 1
+    recovered, _, _ = dmtg_claims(train, test, restarts=5)
+    assert recovered < 3  # fails claim 1 (measured 1 of 5 on this data)
 
 
 class RecomputingBranches(ch.GroupedBranches):
