@@ -65,8 +65,9 @@ check_range("minor", minor, 0.0, 1.0)
 #
 # Tiny models (a branch is a 32-unit MLP), so one CPU thread. The $K$ branches and the
 # $KN$ heads are stored as stacked tensors and evaluated with one `einsum` each, not as
-# $K$ separate modules: on a CPU that is an order of magnitude faster for models this
-# small. The tier sets the data size and the length of training.
+# $K$ separate modules (the prototype behind this chapter measured about 15 times fewer
+# milliseconds per step that way). The tier sets the data size and the length of
+# training; the `full` tier is larger but still runs on the CPU (no GPU needed or used).
 
 # %%
 import itertools
@@ -86,7 +87,7 @@ cfg = run.pick(
     smoke=dict(n_train=400, n_val=200, n_test=300, epochs=3, hard_restarts=2,
                widget_n=200, widget_epochs=3),
     default=dict(n_train=3000, n_val=1000, n_test=2000, epochs=20, hard_restarts=5,
-                 widget_n=800, widget_epochs=12),
+                 widget_n=600, widget_epochs=20),
     full=dict(n_train=10000, n_val=3000, n_test=5000, epochs=40, hard_restarts=10,
               widget_n=1500, widget_epochs=20),
 )
@@ -625,8 +626,10 @@ def update(structure, K, tau, data_seed, restarts):
     note = " (K < groups: a branch must mix)" if K < len(set(tr_truth)) else ""
     axes[1].set_title(f"softmax(Θ); {wrong_} misassigned{note}", fontsize=8)
     mses = {"DMTG": pruned_mse(model_, g_, *te), **ref}
-    axes[2].bar(list(mses), list(mses.values()), color=["C3", "C2", "C7"])
-    axes[2].set(yscale="log", ylabel="test MSE", title=f"best of {restarts} restart(s)")
+    bars = axes[2].bar(list(mses), list(mses.values()), color=["C3", "C2", "C7"])
+    axes[2].bar_label(bars, fmt="%.3f", fontsize=8)
+    axes[2].set(ylabel="test MSE", ylim=(0, 1.2 * max(mses.values())),
+                title=f"best of {restarts} restart(s)")
     plt.show()
 
 
@@ -635,7 +638,7 @@ controls = dict(
     K=W.IntSlider(value=2, min=2, max=4, description="K"),
     tau=W.FloatLogSlider(value=tau, base=10, min=-1, max=1, step=0.1, description="tau"),
     data_seed=W.IntSlider(value=seed, min=0, max=9, description="data seed"),
-    restarts=W.IntSlider(value=1, min=1, max=3, description="restarts"),
+    restarts=W.IntSlider(value=2, min=1, max=3, description="restarts"),
 )
 icmlbook.explore(update, controls, run=run)
 
@@ -649,7 +652,7 @@ icmlbook.explore(update, controls, run=run)
 # | networks | ResNet / Xception / ViT branches, shared stem | 32-unit tanh MLP branches with a width-1 bottleneck, no shared stem |
 # | after grouping | pruned network fine-tuned | pruned network used as is (no fine-tuning) |
 # | temperature | constant, 2.5 (CelebA) or 4 (Taskonomy) | constant 2.5 |
-# | evidence | better errors than grouping baselines at lower cost | planted grouping recovered, error about that of the oracle grouping, about 30 times cheaper than exhaustive search (claims 1-6) |
+# | evidence | better errors than grouping baselines at lower cost | planted grouping recovered, error about that of the oracle grouping, 20 to 40 times cheaper (wall clock) than exhaustive search (claims 1-6) |
 #
 # **What is reconstructed.** The planted-group task family, the width-1 bottleneck that
 # makes tasks of different groups compete, and every threshold are ours (calibrated on
