@@ -427,7 +427,8 @@ search, search_seconds = exhaustive_search(train, val, K_MAIN, seed=1000 * seed,
 search.sort(key=lambda s: s[0])
 search_best = search[0][1]
 print(f"exhaustive search: {len(search)} groupings trained in {search_seconds:.1f} s; "
-      f"one DMTG run: {dmtg_seconds:.2f} s (mean of {restarts})")
+      f"one DMTG run: {dmtg_seconds:.2f} s (mean of {restarts}); all {restarts} restarts: "
+      f"{search_seconds / (restarts * dmtg_seconds):.1f} times cheaper than the search")
 for v, g, s in search[:4]:
     print(f"  validation MSE {v:.4f}  grouping {g}  misassigned {misassigned(g, truth)}")
 
@@ -538,6 +539,7 @@ run.claim("exhaustive search / one DMTG run (seconds)", search_seconds / dmtg_se
 run.metric("test_mse", {name: mse for name, mse, _ in rows})
 run.metric("dmtg_seconds", dmtg_seconds)
 run.metric("search_seconds", search_seconds)
+run.metric("search_over_all_restarts", search_seconds / (restarts * dmtg_seconds))
 run.metric("misassigned_per_restart", [d["wrong"] for d in dmtg_runs])
 
 # %%
@@ -553,8 +555,8 @@ run.verdict()
 # task to branch 0, which was trained to serve all six tasks at once: a one-shared-branch
 # model in disguise. The tests run this variant and three more breaks (Eq. 3's softmax
 # taken over tasks instead of branches; pruning that keeps branch 0's heads for every
-# task; an encoder recomputed once per head) and check that each fails the claims it
-# should.
+# task; a one-shot run with sixteen times as many steps, which fails the cost claim) and
+# check that each fails the claims it should.
 
 # %%
 def unweighted_loss(L, G):
@@ -669,7 +671,11 @@ icmlbook.explore(update, controls, run=run)
 # collapse and mixing as the failure modes, and over-provisioning ($K = G + 1$) as a
 # partial remedy. The paper's benchmarks have no planted truth: there the claim is about
 # error, not recovery. The cost claim is a wall-clock ratio at this scale; it grows with
-# the number of groupings (Eq. 6), while DMTG's cost grows only linearly in $K$.
+# the number of groupings (Eq. 6), while DMTG's cost grows only linearly in $K$. Claim 6
+# is about *one* run, which is enough here (claim 1: most single runs recover the
+# grouping); the best-of-5 selection of claim 2 costs five runs, still several times
+# cheaper than the 32-grouping search (printed above), and the gap widens quickly with
+# $N$ and $K$.
 
 # %% [markdown]
 # ## Exercises

@@ -193,23 +193,18 @@ def test_softmax_over_the_wrong_axis_fails_recovery(references, monkeypatch):
     assert recovered < 3  # fails claim 1 (measured 1 of 5 on this data)
 
 
-class RecomputingBranches(ch.GroupedBranches):
-    """A naive forward that re-runs the encoders once per task head (a plausible bug)."""
-
-    def forward(self, x):
-        outs = [super(RecomputingBranches, self).forward(x)[:, i] for i in range(self.A.shape[1])]
-        return torch.stack(outs, dim=1)
-
-
-def test_cost_claim_holds_and_fails_for_an_encoder_per_head(data, search, monkeypatch):
+def test_cost_claim_holds_and_fails_for_a_costlier_one_shot_run(data, search):
+    # the claim is a wall-clock ratio: it fails as soon as one DMTG run costs more than a
+    # tenth of the search. Break: mini-batches of 8 instead of 128 (16x the steps). (An
+    # encoder recomputed for each of the K*N heads was tried too: at this size the per-step
+    # overhead dominates and it cost only ~2.5x, not enough to fail the claim.)
     (train, _, _), _ = data
     _, search_seconds = search
 
-    def one_run():
+    def one_run(**kw):
         t = time.perf_counter()
-        ch.train_grouped(*train, 2, seed=0, **SMALL)
+        ch.train_grouped(*train, 2, seed=0, **SMALL, **kw)
         return time.perf_counter() - t
 
     assert search_seconds / one_run() >= 10
-    monkeypatch.setattr(ch, "GroupedBranches", RecomputingBranches)
-    assert search_seconds / one_run() < 10  # six encoder passes per step: fails claim 6
+    assert search_seconds / one_run(batch=8) < 10  # fails claim 6
