@@ -117,10 +117,10 @@ print(f"tier {tier}: {cfg.steps} training steps per network, {cfg.flow_steps} fl
 # $\tilde p \to 0$ the logits shrink to 0 and the prediction tends to uniform.
 #
 # **A temperature (our change).** Eq. 1 exponentiates a log-density. In a 64-d feature
-# space the flow's log-likelihood spreads over tens of nats even across the training
+# space the flow's log-likelihood spreads over 15–20 nats even across the training
 # points (the maximum is an extreme of that spread), so a typical in-distribution
-# point gets $\tilde p \approx e^{-20}$ and the model is nearly uniform everywhere
-# (we show it below). The authors' code
+# point gets $\tilde p \approx e^{-15}$ and the model is nearly uniform everywhere
+# (we show it below on the digits). The authors' code
 # compresses the log-likelihoods too (into $[-0.55, -0.45]$ for CIFAR). We use
 #
 # $$\tilde p_\tau(z) = \exp\Big(\min\Big(\frac{\log p(z) - \max_\text{train}\log p}{\tau},
@@ -839,7 +839,7 @@ run.verdict()
 # ## The paper's formula, taken literally
 #
 # With $\tau = 1$ (Eq. 1 exactly), typical digits, training and test alike, have
-# log-densities tens of nats below the training maximum: $\tilde p$ is tiny for almost
+# log-densities 15–20 nats below the training maximum: $\tilde p$ is tiny for almost
 # every test point, and the prediction is nearly uniform *in distribution*.
 # The argmax survives only as long as $\tilde p$ does not underflow to exactly 0.
 # This is why the temperature of Eq. 2 is there (and why the authors' code compresses
