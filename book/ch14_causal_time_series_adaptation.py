@@ -99,7 +99,7 @@ cfg = run.pick(
     full=dict(n=2048, T=64, epochs=40, batch=128, warmup=5, n_test=2048, ablations=True,
               widget_n=600),
 )
-WEIGHTS = dict(lam_int=lam_int, lam_p=lam_p, lam_d=lam_d, lam_s=lam_s)
+weights = dict(lam_int=lam_int, lam_p=lam_p, lam_d=lam_d, lam_s=lam_s)
 print(f"tier {tier}: {cfg.n} windows per domain of length {cfg.T}, {cfg.epochs} epochs, "
       f"target shift '{shift_mode}'")
 
@@ -369,8 +369,8 @@ def edge_features(h, lags=(1, 2)):
 # ### The network: encoder, attention, ARD, readout (Eqs. 3–5)
 #
 # One module serves all three methods. For the baselines the mask is fixed at
-# $M \equiv 1$ (so $G^s = 0$ and $r^s = 0$): the same network, without the
-# disentangler.
+# $M \equiv 1$ (so $G^s = 0$ and $r^s$ is a constant that carries nothing): the same
+# network, without the disentangler.
 
 # %%
 class GradReverse(torch.autograd.Function):
@@ -551,8 +551,8 @@ def flip_rate(net, x_t, x_s, seed=0):
 train_kw = dict(epochs=cfg.epochs, batch=cfg.batch, warmup=cfg.warmup)
 nets = {
     "source-only": train_model("source", xs, ys, xt, seed, desc="source-only", **train_kw),
-    "DANN": train_model("dann", xs, ys, xt, seed, weights=WEIGHTS, desc="DANN", **train_kw),
-    "CauDiTS": train_model("caudits", xs, ys, xt, seed, weights=WEIGHTS, desc="CauDiTS",
+    "DANN": train_model("dann", xs, ys, xt, seed, weights=weights, desc="DANN", **train_kw),
+    "CauDiTS": train_model("caudits", xs, ys, xt, seed, weights=weights, desc="CauDiTS",
                            **train_kw),
 }
 
@@ -650,7 +650,7 @@ ablations = {}
 if cfg.ablations:
     for name, key in [("no intervention", "lam_int"), ("no prototype", "lam_p"),
                       ("no domain loss", "lam_d")]:
-        nets[name] = train_model("caudits", xs, ys, xt, seed, weights={**WEIGHTS, key: 0.0},
+        nets[name] = train_model("caudits", xs, ys, xt, seed, weights={**weights, key: 0.0},
                                  desc=name, **train_kw)
         ablations[name] = (accuracy(nets[name], xt_test, yt_test),
                            float(nets[name].mask().detach()[CAUSAL_EDGE]))
