@@ -94,9 +94,9 @@ icmlbook.use_style()
 cfg = run.pick(
     smoke=dict(n=192, T=32, epochs=3, batch=64, warmup=1, n_test=256, ablations=False,
                widget_n=150),
-    default=dict(n=768, T=48, epochs=20, batch=128, warmup=5, n_test=768, ablations=True,
+    default=dict(n=768, T=48, epochs=30, batch=128, warmup=10, n_test=768, ablations=False,
                  widget_n=400),
-    full=dict(n=2048, T=64, epochs=40, batch=128, warmup=5, n_test=2048, ablations=True,
+    full=dict(n=2048, T=64, epochs=40, batch=128, warmup=10, n_test=2048, ablations=True,
               widget_n=600),
 )
 weights = dict(lam_int=lam_int, lam_p=lam_p, lam_d=lam_d, lam_s=lam_s)
@@ -478,8 +478,8 @@ def dann_loss(net, r_c, d):
 # attention weights) and they barely move otherwise.
 
 # %%
-def train_model(method, xs, ys, xt, seed, epochs=20, batch=128, lr=3e-3, mask_lr=3e-2,
-                weights=None, warmup=5, conf=0.6, d=8, h=32, desc=None):
+def train_model(method, xs, ys, xt, seed, epochs=30, batch=128, lr=3e-3, mask_lr=3e-2,
+                weights=None, warmup=10, conf=0.6, d=8, h=32, desc=None):
     """Train 'source', 'dann' or 'caudits' (Eq. 11 with ``weights``); returns the network."""
     w = {**dict(lam_int=1.0, lam_p=1.0, lam_d=0.5, lam_s=0.02), **(weights or {})}
     torch.manual_seed(seed)
@@ -630,9 +630,10 @@ plt.show()
 # %% [markdown]
 # What the figures show. **Source-only** reads the strongest source signal, the spurious
 # edge, so in the target its classes 0 and 1 swap: the target crosses (×) sit in the
-# wrong colour's cluster. **DANN** makes it worse: aligning the *marginal* distributions
-# of the two domains happily maps the source's class-0 cluster onto the target's class-0
-# windows, whose spurious edge now looks like class 1, so it aligns the wrong classes.
+# wrong colour's cluster. **DANN** does not help and often makes it worse: aligning
+# the *marginal* distributions of the two domains happily maps the source's class-0
+# cluster onto the target's class-0 windows, whose spurious edge now looks like class 1,
+# so it can align the wrong classes.
 # **CauDiTS** keeps the classes together across domains. Its mask keeps the causal edge
 # (C) near 1 and switches the uninformative edges off. But look at the spurious edge (S):
 # at our scale the mask does **not** remove it. The gain comes from how the two branches
@@ -642,8 +643,12 @@ plt.show()
 #
 # ### Which loss does the work? (ablations)
 #
-# Each loss weight of Eq. 11 set to zero in turn (default tier only). These networks are
-# also the "loss weights" of the widget below.
+# Each loss weight of Eq. 11 set to zero in turn. Three more trainings do not fit the
+# default tier's time budget, so they run at the `full` tier only (there they also join
+# the widget's menu of networks). In our default-tier calibration runs (seeds 0–4, one
+# network each) no single loss was necessary in every seed, and dropping the prototype
+# loss with a 5-epoch warm-up often *helped*: confirmation bias of early pseudo-labels,
+# the pitfall the warm-up is there for (we lengthened it to 10 epochs).
 
 # %%
 ablations = {}
@@ -658,6 +663,8 @@ if cfg.ablations:
     print(f"{'all losses':<16} {results['CauDiTS'][1]:>10.3f} {mask[CAUSAL_EDGE]:>7.3f}")
     for name, (acc_t, m10) in ablations.items():
         print(f"{name:<16} {acc_t:>10.3f} {m10:>7.3f}")
+else:
+    print(f"tier {tier}: ablations skipped (they run at the full tier)")
 run.metric("ablation_target_acc", {k: v[0] for k, v in ablations.items()})
 
 # %% [markdown]
@@ -729,8 +736,9 @@ widget_noise_seed = int(widget_rng.integers(2**31))
 model_names = list(nets)
 target_accs = {k: accuracy(net, xt_test, yt_test) for k, net in nets.items()}
 n_view = 200  # windows per domain in the widget's PCA
-views = {k: (net.mask().detach().numpy(), pca_of_rationales(net, xs_test[:n_view], xt_test[:n_view]))
-         for k, net in nets.items()}  # precomputed: a move only redraws
+views = {k: (net.mask().detach().numpy(),  # precomputed: a move only redraws
+             pca_of_rationales(net, xs_test[:n_view], xt_test[:n_view]))
+         for k, net in nets.items()}
 
 
 def update(strength, mode, factor, model):
@@ -785,8 +793,9 @@ icmlbook.explore(update, controls, run=run)
 # later work; the numbers of the paper's tables were not available, so the comparison
 # is with its claims. At our scale the mask keeps the spurious edge at about 0.9
 # (recorded as `mask_spurious_edge`): part of the adaptation happens in the
-# representations, not in the graph. Which single loss matters is not stable across
-# seeds (see the ablations, one seed per run); we make no claim about it. DANN doing
+# representations, not in the graph. Which single loss matters was not stable across
+# seeds in our calibration runs, so we make no claim about it. The prototype loss
+# needed a longer warm-up (10 epochs, 30 in all) than the 5 we started with. DANN doing
 # worse than source-only is expected under a label-dependent shift, not a bug.
 
 # %% [markdown]
