@@ -643,7 +643,9 @@ plt.show()
 # cluster onto the target's class-0 windows, whose spurious edge now looks like class 1,
 # so it can align the wrong classes.
 # **CauDiTS** keeps the classes together across domains. Its mask keeps the causal edge
-# (C) near 1 and switches the uninformative edges off. But look at the spurious edge (S):
+# (C) near 1 and switches most uninformative edges off (it also keeps the reverse
+# entries $0\leftarrow 1$ and $2\leftarrow 3$: our lagged products of a pair carry the
+# coupling in both directions). But look at the spurious edge (S):
 # at our scale the mask does **not** remove it. The gain comes from how the two branches
 # are trained (the domain loss pushes the domain-dependent part of the representation out
 # of $r^c$, the intervention and prototype losses tie the classes across domains), not
