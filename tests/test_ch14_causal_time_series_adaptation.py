@@ -148,13 +148,13 @@ def test_intervention_loss_is_zero_when_the_head_ignores_r_s():
     net = ch.RationaleNet(h=8)
     with torch.no_grad():
         net.head[0].weight[:, 8:] = 0.0  # f ignores the domain-specific half
-    r_c_s, r_s_s, r_c_t, r_s_t = (torch.randn(10, 8) for _ in range(4))
-    y_s = torch.randint(0, 3, (10,))
-    p_t = torch.softmax(net.classify(r_c_t), -1).detach()
-    perm = torch.randperm(10)
-    loss = ch.intervention_loss(net, r_c_s, r_s_s, r_c_t, r_s_t, y_s, p_t, perm, perm)
-    ce = torch.nn.functional.cross_entropy(net.classify(r_c_s), y_s)
-    assert float(loss) == pytest.approx(float(ce), abs=1e-5)  # the KL term vanishes
+        r_c_s, r_s_s, r_c_t, r_s_t = (torch.randn(10, 8) for _ in range(4))
+        y_s = torch.randint(0, 3, (10,))
+        p_t = torch.softmax(net.classify(r_c_t), -1)
+        perm = torch.randperm(10)
+        loss = ch.intervention_loss(net, r_c_s, r_s_s, r_c_t, r_s_t, y_s, p_t, perm, perm)
+        ce = torch.nn.functional.cross_entropy(net.classify(r_c_s), y_s)
+    assert loss.item() == pytest.approx(ce.item(), abs=1e-5)  # the KL term vanishes
 
 
 # -- the claims, and broken variants that fail them ------------------------------------
