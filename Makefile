@@ -35,7 +35,7 @@ $(STAMP): pyproject.toml
 # the CLI, the HTML book build, and nbval re-running every committed notebook.
 test: venv
 	ICMLBOOK_HEADLESS=1 $(BIN)/python -m pytest -n $(JOBS) --dist loadscope \
-		--nbval-lax --nbval-cell-timeout=900 tests book
+		--nbval-lax --nbval-cell-timeout=600 tests book
 
 lint: venv
 	$(BIN)/ruff check icmlbook tests

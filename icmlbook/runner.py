@@ -19,7 +19,7 @@ NOISE_CELL_KEYS = ("papermill", "execution", "ExecuteTime", "collapsed", "scroll
 # is unencrypted, which buries the runner's own progress lines.
 KERNEL_ARGS = ["--IPKernelApp.log_level=ERROR"]
 # Seconds a single cell may run before the run fails (instead of hanging a batch or CI).
-CELL_TIMEOUT = {"smoke": 300, "default": 900, "full": None}
+CELL_TIMEOUT = {"smoke": 120, "default": 600, "full": None}
 
 
 @dataclass

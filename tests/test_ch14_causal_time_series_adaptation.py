@@ -1,0 +1,235 @@
+"""Chapter 14: the simulator's premise, the disentangler's invariants, and claims that fail
+for broken variants (a frozen mask, no disentangler, a broken generator, scrambled labels)."""
+import numpy as np
+import pytest
+import torch
+from helpers import chapter_defs
+
+ch = chapter_defs("ch14_causal_time_series_adaptation")
+torch.set_num_threads(1)
+
+# the chapter's default tier
+N, T, N_TEST, KW = 768, 48, 768, dict(epochs=30, batch=128, warmup=10)
+
+
+def chapter_data(seed, mode="reverse", factor=0.3):
+    """The chapter's four data sets, drawn in the chapter's order."""
+    rng = np.random.default_rng(seed)
+    sim = dict(T=T, strength=1.2, mode=mode, factor=factor)
+    xs, ys = ch.simulate(N, "source", rng, **sim)
+    xt, yt = ch.simulate(N, "target", rng, **sim)
+    xs_te, ys_te = ch.simulate(N_TEST, "source", rng, **sim)
+    xt_te, yt_te = ch.simulate(N_TEST, "target", rng, **sim)
+    return xs, ys, xt, yt, xs_te, ys_te, xt_te, yt_te
+
+
+# -- the generator ---------------------------------------------------------------------
+
+def test_simulate_shapes_labels_and_determinism():
+    x, y = ch.simulate(50, "source", np.random.default_rng(0), T=40)
+    assert x.shape == (50, ch.V_VARS, 40) and x.dtype == np.float32
+    assert set(np.unique(y)) <= {0, 1, 2}
+    x2, y2 = ch.simulate(50, "source", np.random.default_rng(0), T=40)
+    assert np.array_equal(x, x2) and np.array_equal(y, y2)
+
+
+def test_spurious_coupling_per_mode():
+    y = np.array([0, 1, 2])
+    base = 1.2 * ch.CLASS_SIGN
+    for mode in ch.SHIFT_MODES:  # the source never depends on the mode
+        assert np.allclose(ch.spurious_coupling(y, "source", 1.2, mode, 0.3), base)
+    assert np.allclose(ch.spurious_coupling(y, "target", 1.2, "vanish", 0.3), 0.0)
+    assert np.allclose(ch.spurious_coupling(y, "target", 1.2, "attenuate", 0.3), 0.3 * base)
+    assert np.allclose(ch.spurious_coupling(y, "target", 1.2, "reverse", 0.3), -0.3 * base)
+    permuted = ch.spurious_coupling(y, "target", 1.2, "permute", 0.3)
+    assert sorted(permuted) == sorted(base) and not np.allclose(permuted, base)
+    with pytest.raises(ValueError):
+        ch.spurious_coupling(y, "target", 1.2, "sideways", 0.3)
+
+
+def test_target_covariate_shift_is_per_variable_scale_and_offset():
+    # without label-dependent edges the distractor x4 differs only by scale 1.5, offset 1.0
+    xs, _ = ch.simulate(4000, "source", np.random.default_rng(1), T=48, mode="vanish")
+    xt, _ = ch.simulate(4000, "target", np.random.default_rng(1), T=48, mode="vanish")
+    assert np.allclose(xt[:, 4], 1.5 * xs[:, 4] + 1.0, atol=1e-5)
+    assert xt[:, 4].mean() == pytest.approx(1.0, abs=0.05)
+
+
+def test_lag_corr_recovers_a_known_lag():
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((200, 300))
+    b = np.roll(a, 3, axis=1) + 0.1 * rng.standard_normal((200, 300))  # b(t) ~ a(t - 3)
+    assert ch.lag_corr(b, a, 3).mean() > 0.95
+    assert abs(ch.lag_corr(b, a, 1).mean()) < 0.05
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_generator_premise_holds(seed):
+    # the brief's hidden check: causal statistic transfers, spurious one does not
+    xs, ys, _, _, _, _, xt_te, yt_te = chapter_data(seed)
+    acc = ch.statistic_accuracies(xs, ys, xt_te, yt_te)
+    assert acc["causal"][1] >= 0.95
+    assert acc["spurious"][0] >= 0.95
+    assert acc["spurious"][1] <= 0.40
+
+
+def test_generator_claims_fail_for_broken_generators():
+    rng = np.random.default_rng(0)
+    xs, ys = ch.simulate(N, "source", rng, T=T)
+    # a target whose spurious edge does not change (attenuate by 1): the shortcut transfers
+    xt, yt = ch.simulate(N, "target", rng, T=T, mode="attenuate", factor=1.0)
+    assert ch.statistic_accuracies(xs, ys, xt, yt)["spurious"][1] > 0.40
+    # a target whose "causal" edge flips too: it is no longer causal, and does not transfer
+    xt, yt = ch.simulate(N, "target", rng, T=T, c=-0.9)
+    assert ch.statistic_accuracies(xs, ys, xt, yt)["causal"][1] < 0.95
+    # a source without the spurious edge: it is no shortcut there
+    xs0, ys0 = ch.simulate(N, "source", rng, T=T, strength=0.0)
+    assert ch.statistic_accuracies(xs0, ys0, xt, yt)["spurious"][0] < 0.95
+
+
+# -- the network's pieces ----------------------------------------------------------------
+
+def test_edge_features_match_an_explicit_loop():
+    torch.manual_seed(0)
+    h = torch.randn(2, 3, 4, 10)
+    c = ch.edge_features(h)
+    assert c.shape == (2, 3, 3, 12)
+    hs = ch.standardise(h)
+    for b in range(2):
+        for u in range(3):
+            for v in range(3):
+                for i, k in enumerate((1, 2)):
+                    want = (hs[b, u, :, k:] * hs[b, v, :, :10 - k]).sum(-1) / (10 - k)
+                    assert torch.allclose(c[b, u, v, 4 * i:4 * i + 4], want, atol=1e-5)
+                assert torch.allclose(c[b, u, v, 8:], h[b, v].mean(-1))
+
+
+def test_attention_rows_sum_to_one_and_the_split_is_complete():
+    torch.manual_seed(0)
+    net = ch.RationaleNet()
+    with torch.no_grad():
+        net.mask_logits.normal_()
+        x = torch.randn(6, ch.V_VARS, 32)
+        r_c, r_s, att = net(x)
+    assert torch.allclose(att.sum(-1), torch.ones(6, ch.V_VARS), atol=1e-5)
+    M = net.mask()
+    assert torch.allclose(att * M + att * (1 - M), att)  # Eq. 4: G_c + G_s = I
+    assert r_c.shape == r_s.shape == (6, 32)
+    base = ch.RationaleNet(learn_mask=False)  # the baselines: M = 1, so G_s = 0
+    assert torch.equal(base.mask(), torch.ones(ch.V_VARS, ch.V_VARS))
+    r_s_base = base(x)[1]  # ReLU(bias): the same for every window, it carries nothing
+    assert torch.allclose(r_s_base, r_s_base[:1].expand_as(r_s_base))
+
+
+def test_gradient_reversal():
+    x = torch.randn(5, requires_grad=True)
+    ch.GradReverse.apply(x).sum().backward()
+    assert torch.equal(x.grad, -torch.ones(5))
+
+
+def test_prototype_loss_zero_when_aligned_and_safe_on_empty_classes():
+    torch.manual_seed(0)
+    r = torch.randn(30, 8)
+    y = torch.arange(30) % 3
+    p = torch.nn.functional.one_hot(y, 3).float()
+    assert float(ch.prototype_loss(r, y, r, p)) == pytest.approx(0.0, abs=1e-6)
+    # class 2 absent in the source batch, no confident target windows: finite, not NaN
+    y0 = torch.arange(30) % 2
+    loss = ch.prototype_loss(r, y0, torch.randn(30, 8), torch.full((30, 3), 1 / 3))
+    assert torch.isfinite(loss) and float(loss) == 0.0
+    # low-confidence pseudo-labels are ignored
+    p_low = 0.5 * p + 0.5 / 3
+    assert float(ch.prototype_loss(r, y, -r, p_low, conf=0.9)) == 0.0
+    assert float(ch.prototype_loss(r, y, -r, p, conf=0.9)) > 1.0
+
+
+def test_intervention_loss_is_zero_when_the_head_ignores_r_s():
+    torch.manual_seed(0)
+    net = ch.RationaleNet(h=8)
+    with torch.no_grad():
+        net.head[0].weight[:, 8:] = 0.0  # f ignores the domain-specific half
+        r_c_s, r_s_s, r_c_t, r_s_t = (torch.randn(10, 8) for _ in range(4))
+        y_s = torch.randint(0, 3, (10,))
+        p_t = torch.softmax(net.classify(r_c_t), -1)
+        perm = torch.randperm(10)
+        loss = ch.intervention_loss(net, r_c_s, r_s_s, r_c_t, r_s_t, y_s, p_t, perm, perm)
+        ce = torch.nn.functional.cross_entropy(net.classify(r_c_s), y_s)
+    assert loss.item() == pytest.approx(ce.item(), abs=1e-5)  # the KL term vanishes
+
+
+# -- the claims, and broken variants that fail them ------------------------------------
+
+def swapped_domain_loss(net, r_c, r_s, d):
+    """Eq. 10 with the branches' roles swapped: r^c must reveal the domain, r^s hide it."""
+    return (torch.nn.functional.cross_entropy(net.disc_s(ch.GradReverse.apply(r_s)), d)
+            + torch.nn.functional.cross_entropy(net.disc_c(r_c), d))
+
+
+@pytest.fixture(scope="module")
+def trained():
+    data = chapter_data(0)
+    xs, ys, xt, _, xs_te, ys_te, xt_te, yt_te = data
+    nets = {m: ch.train_model(m, xs, ys, xt, 0, **KW) for m in ("source", "dann", "caudits")}
+    nets["frozen mask"] = ch.train_model("caudits", xs, ys, xt, 0, mask_lr=0.0, **KW)
+    original = ch.domain_loss, ch.RationaleNet
+    try:  # train_model looks these up in the chapter's namespace
+        ch.domain_loss = swapped_domain_loss
+        nets["swapped domain roles"] = ch.train_model("caudits", xs, ys, xt, 0, **KW)
+        ch.domain_loss = original[0]
+        ch.RationaleNet = lambda **kw: original[1](**{**kw, "learn_mask": False})
+        nets["all losses, no mask"] = ch.train_model("caudits", xs, ys, xt, 0, **KW)
+    finally:
+        ch.domain_loss, ch.RationaleNet = original
+    acc = {k: ch.accuracy(n, xt_te, yt_te) for k, n in nets.items()}
+    src = {k: ch.accuracy(n, xs_te, ys_te) for k, n in nets.items()}
+    return nets, acc, src, data
+
+
+def test_claims_hold_for_seed0(trained):
+    nets, acc, src, data = trained
+    print({k: round(v, 3) for k, v in acc.items()})
+    M = nets["caudits"].mask().detach().numpy()
+    assert acc["caudits"] - acc["source"] >= 0.15
+    assert acc["caudits"] - acc["dann"] >= 0.10
+    assert acc["caudits"] >= 0.70
+    assert M[ch.CAUSAL_EDGE] >= 0.85 and M[ch.CAUSAL_EDGE] - np.median(M) >= 0.5
+    assert src["caudits"] >= 0.95
+    # the brief's extra check: the intervention hardly flips target predictions
+    assert ch.flip_rate(nets["caudits"], data[6], data[4]) < 0.05
+
+
+def test_frozen_mask_fails_the_accuracy_and_mask_claims(trained):
+    # the disentangler's mask never learns (its learning rate is 0): sigma(0) = 0.5 everywhere
+    nets, acc, _, _ = trained
+    assert acc["frozen mask"] - acc["source"] < 0.15  # claim 1 fails
+    assert acc["frozen mask"] < 0.70  # claim 3 fails
+    M = nets["frozen mask"].mask().detach().numpy()
+    assert M[ch.CAUSAL_EDGE] < 0.85 and M[ch.CAUSAL_EDGE] - np.median(M) < 0.5  # claim 4
+
+
+def test_swapped_domain_roles_fail_the_accuracy_claims(trained):
+    # the GRL on the wrong branch: the causal part is trained to carry the domain
+    _, acc, _, _ = trained
+    assert acc["swapped domain roles"] - acc["source"] < 0.15  # claim 1 fails
+    assert acc["swapped domain roles"] < 0.70  # claim 3 fails
+
+
+def test_all_losses_without_the_mask_fail_the_dann_margin(trained):
+    # every CauDiTS loss but M = 1: r^s carries nothing, so the intervention is void and
+    # the domain loss is DANN's; the disentangler is what beats marginal alignment
+    _, acc, _, _ = trained
+    assert acc["all losses, no mask"] - acc["dann"] < 0.10  # claim 2 fails
+
+
+def test_no_disentangler_fails_the_selectivity_claim(trained):
+    # the baselines' M = 1 keeps the causal edge trivially, but singles nothing out
+    M = trained[0]["source"].mask().detach().numpy()
+    assert M[ch.CAUSAL_EDGE] - np.median(M) < 0.5
+
+
+def test_scrambled_source_labels_fail_the_source_accuracy_claim():
+    # a batching bug: labels drawn with the wrong permutation, i.e. unrelated to the windows
+    xs, ys, xt, _, xs_te, ys_te, _, _ = chapter_data(0)
+    wrong = np.random.default_rng(0).permutation(ys)
+    net = ch.train_model("caudits", xs, wrong, xt, 0, epochs=5, batch=128, warmup=5)
+    assert ch.accuracy(net, xs_te, ys_te) < 0.95
