@@ -39,8 +39,9 @@
 # its spike trains are more similar to the recorded ones than those of the best
 # short-interval Poisson model; and the inference recovers the exact spikes from a
 # noise-free distance curve. The authors' retinal recordings cannot be fetched here, so
-# we **simulate** a ganglion-cell-like neuron and also show where the claim stops holding:
-# for a very reliable neuron, a Poisson model with 10–20 ms bins is just as good.
+# we **simulate** a ganglion-cell-like neuron and also show where the advantage fades:
+# for a very reliable neuron, a Poisson model with 10 ms bins is just as good once the
+# spike trains are compared at 5–10 ms resolution.
 
 # %% tags=["parameters"]
 tier = "default"  # smoke | default | full: size of the experiment
@@ -869,6 +870,15 @@ for regime in REGIMES:
 run.metric("summary_table", table)
 
 # %% [markdown]
+# The van Rossum column is sobering: normalised by the distance of an *empty*
+# prediction, nearly every predictor of the unreliable cell scores about 1 or above at
+# $\tau = 5$ ms. When most events do not fire, a spike put on an event that did not fire
+# costs as much as a missed one, and predicting nothing is a strong baseline for a
+# squared-error distance; Schreiber similarity, a cosine, does not reward silence. The
+# authors' evaluation computes both (and a smoothed correlation); our claims use
+# Schreiber similarity only, and we show the other so that the choice is visible.
+
+# %% [markdown]
 # ## Claim checks
 #
 # Thresholds fixed before the default runs, from a prototype of this chapter (seeds 0–4),
@@ -921,9 +931,10 @@ run.verdict()
 # ## The other regime: a reliable cell
 #
 # The same models, trained the same way on the reliable cell. Its events nearly always
-# fire, in bursts of 2–3 spikes within 10 ms, so a rate model with a 10–20 ms interval
-# "knows" both the count and, roughly, the time; the distance model keeps its edge at the
-# finest smoothing only if it can place each spike of a burst.
+# fire, in bursts of 2–3 spikes within 10 ms, so a rate model with a 10 ms interval
+# "knows" both the count and, to within its interval, the time. Below: the distance
+# model against the best Poisson model (any interval, any decision) at three smoothing
+# widths, for both cells.
 
 # %%
 R = "reliable"
@@ -936,6 +947,19 @@ for regime in REGIMES:
               f"best Poisson {score:.3f} ({name})   repeat trial "
               f"{results[regime]['sch']['repeat trial'][i]:.3f}")
 run.metric("regime_contrast", {f"{k[0]} {k[1]}ms": v[:2] for k, v in contrast.items()})
+
+# %% [markdown]
+# In our runs (seeds 0–4) the pattern is the same each time. On the **unreliable** cell
+# the distance model leads at every width. On the **reliable** cell it still leads at
+# 2 ms, but by 5–10 ms a Poisson model with 10 ms bins and rounding is within a
+# hundredth of it: when the cell answers every event, the count per 10 ms bin is most of
+# what there is to predict at that resolution. The advantage of the spike distance is
+# specifically one of *timing*, and it matters most for cells whose per-event firing
+# probability is low, where the Poisson decisions either collapse (round, floor) or
+# scatter spikes at random (sample). This is weaker than the paper's blanket statement,
+# and we do not claim more. (The prototype behind this chapter, in which the models saw
+# the stimulus only up to "now", even had the Poisson model winning on the reliable cell;
+# see the notes below.)
 
 # %% [markdown]
 # ## What a broken inference does
@@ -998,9 +1022,9 @@ def update(regime, L, mode, sigma, start):
 
 
 controls = dict(
-    regime=W.ToggleButtons(options=list(REGIMES), value="unreliable", description="cell"),
-    L=W.SelectionSlider(options=list(INTERVALS), value=5, description="Poisson L"),
-    mode=W.ToggleButtons(options=list(MODES), value="round", description="decision"),
+    regime=W.Dropdown(options=list(REGIMES), value="unreliable", description="cell"),
+    L=W.Dropdown(options=list(INTERVALS), value=5, description="Poisson L"),
+    mode=W.Dropdown(options=list(MODES), value="round", description="decision"),
     sigma=W.IntSlider(value=2, min=0, max=50, description="sigma (ms)"),
     start=W.IntSlider(value=0, min=0, max=n_scored - view_ms, step=48, description="start (ms)"),
 )
@@ -1017,7 +1041,7 @@ icmlbook.explore(update, controls, run=run)
 # | inference | greedy removal over a linked list of candidates with confidence weights 1 → 0.3 and sparse end nodes | the same idea, with dense end nodes up to $d_{\max}$ past the window; checked against an exact DP (Eqs. 4–5) |
 # | baselines | Poisson models at several intervals, round / floor / sample, spikes evenly placed | the same at $L \in \{2, 5, 10, 20, 40\}$ ms, one network with 5 heads |
 # | protocol | autoregressive rollout on the test recording | the same, in parallel test segments that each start from the recorded history |
-# | result | the distance model outperforms Poisson models at spike-train inference | claims 1–5 on the unreliable cell; on the reliable cell the picture is mixed (above) |
+# | result | the distance model outperforms Poisson models at spike-train inference | claims 1–5 on the unreliable cell; on the reliable cell it leads only at the finest smoothing (above) |
 #
 # Honest notes. (i) The neuron is simulated; the paper's cells and their reliability
 # are not ours, and **the advantage depends on the regime**: it is clearest for a cell
