@@ -780,7 +780,7 @@ def raster_panel(ax, regime, Lsel, mode, t_lo, t_hi, d_max):
             ("repeat trial", r["preds"]["repeat trial"], "0.6")]
     for i, (name, train, color) in enumerate(rows):
         ax.eventplot([t[train[t] > 0]], lineoffsets=-6 - 7 * i, linelengths=5, colors=color)
-        ax.text(t_lo, -6 - 7 * i + 2.6, name, fontsize=7, color=color)
+        ax.text(t_lo + 0.01 * (t_hi - t_lo), -6 - 7 * i + 2.6, name, fontsize=7, color=color)
     for b in range(t_lo - t_lo % PRED_LEN, t_hi, PRED_LEN):
         ax.axvline(b, color="0.85", lw=0.6, zorder=0)
     ax.set(xlim=(t_lo, t_hi), ylim=(-6 - 7 * len(rows), d_max * 1.05), xlabel="t (ms, test segments)",
@@ -844,7 +844,7 @@ for ax, regime in zip(axes, REGIMES):
                     label=f"L={L}" if mode == "round" else None)
     ax.plot(SIGMAS, sch["repeat trial"], color="0.5", lw=1.5, label="repeat trial")
     ax.plot(SIGMAS, sch["distance"], color="C0", lw=2.5, label="distance model")
-    ax.set(xscale="symlog", xlabel=r"smoothing $\sigma$ (ms)", title=f"{regime} cell",
+    ax.set(xscale="symlog", xlabel=r"smoothing $\sigma$ (ms)", title=f"{regime} cell", xlim=(0, max(SIGMAS)),
            xticks=SIGMAS, xticklabels=SIGMAS)
 axes[0].set_ylabel("Schreiber similarity")
 axes[0].legend(fontsize=6, ncol=2, title="Poisson: round -, floor :, sample --", title_fontsize=6)
@@ -1012,7 +1012,7 @@ def update(regime, L, mode, sigma, start):
     ax.plot(SIGMAS, r["sch"]["distance"], color="C0", lw=2, label="distance model")
     ax.axvline(sigma, color="k", lw=0.8)
     now = {k: schreiber(r["truth"], r["preds"][k], sigma) for k in ("distance", name)}
-    ax.set(xscale="symlog", xticks=SIGMAS, xticklabels=SIGMAS, ylim=(0, 1),
+    ax.set(xscale="symlog", xticks=SIGMAS, xticklabels=SIGMAS, ylim=(0, 1), xlim=(0, max(SIGMAS)),
            xlabel=r"$\sigma$ (ms)", ylabel="Schreiber similarity",
            title=f"at {sigma} ms: distance {now['distance']:.3f}, Poisson {now[name]:.3f}",
            )
