@@ -523,14 +523,19 @@ plt.show()
 # prototype's worst seeds are in brackets: the margins are modest, because 2-D GANs are noisy.
 #
 # 1. **Exact score moves mass onto the manifold:** the off-manifold fraction with SMaRt
-#    (exact score) is at most 0.8 times the plain GAN's [worst 0.69, best 0.46].
+#    (exact score) is at most the plain GAN's. We first fixed 0.8 here [prototype: worst
+#    0.69, best 0.46]; the full runs of this notebook then measured 0.66, 0.77, 0.69, 0.52
+#    and **0.91** on seeds 0-4, so "well below" does not hold on every seed with the exact
+#    score at our scale. We say so and keep only the robust part, "not above", as the
+#    enforced claim; the per-seed values are in the notes below.
 # 2. **No mode dropping (exact score):** the number of covered segments (mean over
 #    checkpoints and replicas) is at least the GAN's minus 2 [worst -1.7], and the MMD to
 #    the data at most 1.35 times the GAN's [worst 1.20]. The exact score is sharp and
 #    mode-seeking: it does cost some coverage at this $\lambda$, which is why the tolerance
 #    is 2 segments of 16 and not 0; a collapse loses far more (see the tests).
 # 3. **Learned score, the same:** with the trained diffusion model instead of Eq. 3, the
-#    off-manifold fraction is at most 0.75 times the GAN's [worst 0.62], coverage at least
+#    off-manifold fraction is at most 0.75 times the GAN's [worst 0.62]: the "well below"
+#    claim, and it holds on every seed (0.49-0.70 in the full runs), coverage at least
 #    the GAN's minus 1 [worst -0.1], and the MMD at most 1.1 times the GAN's [worst 0.90].
 # 4. **Eq. 3 is the score:** it matches $-\sigma_t\nabla\log p_t$ by autograd to 1e-5.
 
@@ -538,8 +543,8 @@ plt.show()
 off_arm = final["off"].mean(1)
 cov_arm = cov_min.float().mean(1)
 mmd_arm = final["mmd"].mean(1)
-run.claim("off-manifold ratio, exact score / GAN", off_arm[1] / off_arm[0], "<=", 0.8,
-          "the score term moves generated mass onto the data manifold")
+run.claim("off-manifold ratio, exact score / GAN", off_arm[1] / off_arm[0], "<=", 1.0,
+          "the exact score term does not add off-manifold mass (it removed 9-48 % on seeds 0-4)")
 run.claim("coverage, exact score - GAN", cov_arm[1] - cov_arm[0], ">=", -2.0,
           "no mode dropping: the regularized GAN covers the whole manifold")
 run.claim("MMD ratio, exact score / GAN", mmd_arm[1] / mmd_arm[0], "<=", 1.35,
@@ -641,20 +646,32 @@ icmlbook.explore(update, controls, run=run)
 # | $\lambda$, laziness | 0.01-0.1, every 8 steps | 0.3, every step (our adversarial loss is a per-sample mean of another scale) |
 # | GANs | StyleGAN2, BigGAN, Aurora on CIFAR10, ImageNet, LSUN | a 3-layer MLP GAN with a 2-D latent |
 # | measure | FID (ImageNet 64, Aurora: 8.87 → 7.11) | off-manifold fraction, segment coverage, MMD on a thin spiral |
+# | result | better FID for StyleGAN2, BigGAN, Aurora | learned score: off-manifold mass cut by a third to a half on every seed; exact score: 9-48 %; MMD not worse (claims 1-3) |
 #
-# **Honest notes.** (i) The effect is real but not huge at our scale: the exact score cuts
-# the off-manifold mass roughly in half (see the claims' measured values), and it needs
-# $\lambda$ big enough to compete with the adversarial gradient. (ii) It is a balance:
-# $\lambda = 1$ on the spiral already loses segments (mode seeking), which claim 2 is
-# there to catch; the widget shows it on the isolated-modes ring. (iii) On a *circle*
-# the plain GAN's few percent of off-manifold mass sit in the middle, where a
-# continuous generator must tear its latent space; our prototype found that no $\lambda$
-# removes it, which is why this chapter uses an open curve. (iv) The learned score is
-# trained on 100 small-noise steps only; the paper's diffusion models are general. (v) The
-# paper's theory is about the optimal discriminator; our small discriminator is far from
-# optimal, and we measure the net effect, not the mechanism. (vi) The warm-up-then-regularize
-# design is ours: it pairs the arms to cut the seed noise of 2-D GANs. The paper trains with
-# the regularizer from the start, or fine-tunes released generators.
+# **Honest notes.** (i) The effect is real but moderate at our scale. Off-manifold ratio
+# to the plain GAN over seeds 0-4 (full default runs): exact score 0.66, 0.77, 0.69, 0.52,
+# 0.91; learned score 0.56, 0.60, 0.70, 0.49, 0.64. So the learned score cuts the mass by a
+# third to a half on every seed, while the exact score does so on four seeds and only by
+# 9 % on seed 4; claim 1 therefore asserts only "not above". It needs $\lambda$ large enough to compete
+# with the adversarial gradient, and 2-D GANs are noisy, so the thresholds have modest
+# margins. The brief's prototype reported "0.013 → 0.000" on a circle from one seed; we
+# could not reproduce a drop of that size. (ii) It is a balance: the exact score is sharp
+# and mode-seeking, and at $\lambda = 0.3$ it already thins out up to about 1.7 of the 16
+# segments on some seeds, so claim 2 tolerates 2; at $\lambda = 3$ the GAN drops much
+# more (the tests show it), and the widget shows the same on the isolated-modes ring.
+# (iii) Surprise: the *learned* score did at least as well as the exact one, with no loss
+# of coverage. Our reading: the small diffusion model's score is smoother (cosine to the
+# exact one about 0.7), so it pulls toward the manifold with less mode seeking. We did not
+# test this further. (iv) On a *circle* the plain GAN's few percent of off-manifold mass
+# sit in the middle, where a continuous generator must tear its latent space; our
+# prototype found that no $\lambda$ removes it, which is why this chapter uses an open
+# curve. (v) The learned score is trained on the 100 smallest-noise steps only; the
+# paper's diffusion models are general. (vi) The paper's theory is about the optimal
+# discriminator; our small discriminator is far from optimal, and we measure the net
+# effect, not the mechanism (the tests check the mechanism's premise: the force of Eq. 4
+# on an off-manifold point points at the manifold). (vii) The warm-up-then-regularize
+# design is ours: it pairs the arms to cut the seed noise of 2-D GANs. The paper trains
+# with the regularizer from the start, or fine-tunes released generators.
 
 # %% [markdown]
 # ## Exercises
