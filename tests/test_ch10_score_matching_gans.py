@@ -1,0 +1,136 @@
+"""Chapter 10 (SMaRt): the exact score, the regularizer's invariants, and claims that fail
+when the method is broken."""
+import pytest
+import torch
+from helpers import chapter_defs
+
+from icmlbook.diffusion import EpsMLP, Schedule
+
+ch = chapter_defs("ch10_score_matching_gans")
+SCHED = Schedule.linear()
+MEANS = ch.spiral_means()
+S = ch.DATA_STD
+
+
+def band(n, g, lo=25, hi=60):
+    t = torch.randint(lo, hi + 1, (n,), generator=g)
+    return t, SCHED.alpha[t].unsqueeze(-1), SCHED.sigma[t].unsqueeze(-1)
+
+
+def autograd_error(eps_star, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    x = (1.5 * torch.randn(400, 2, generator=g, dtype=torch.float64)).requires_grad_(True)
+    t = torch.randint(0, 300, (400,), generator=g)
+    a, s = SCHED.alpha[t].double().unsqueeze(-1), SCHED.sigma[t].double().unsqueeze(-1)
+    grad = torch.autograd.grad(ch.gmm_log_pt(x, a, s, MEANS.double(), S).sum(), x)[0]
+    return float((eps_star(x, a, s, MEANS.double(), S) + s * grad).abs().max().detach())
+
+
+def test_exact_eps_is_minus_sigma_times_the_score():
+    assert autograd_error(ch.gmm_eps_star) <= 1e-5
+
+
+def test_broken_eps_fails_the_score_claim():
+    # forgetting to scale the centres by a_t (noising the data without shrinking it)
+    def no_shrink(x, a, sigma, means, s):
+        return ch.gmm_eps_star(x, torch.ones_like(a), sigma, means, s)
+    assert autograd_error(no_shrink) > 1e-5
+
+
+def test_log_pt_is_a_normalized_density():
+    a, s = SCHED.alpha[40].view(1, 1), SCHED.sigma[40].view(1, 1)
+    xs = torch.linspace(-3, 3, 301)
+    grid = torch.stack(torch.meshgrid(xs, xs, indexing="xy"), -1).reshape(-1, 2)
+    mass = ch.gmm_log_pt(grid, a, s, MEANS, S).exp().sum() * (6 / 300) ** 2
+    assert float(mass) == pytest.approx(1.0, abs=0.01)
+
+
+def test_real_data_denoise_better_than_off_manifold_points():
+    g = torch.Generator().manual_seed(1)
+    fn = ch.exact_eps_fn(MEANS, S, SCHED)
+    real = ch.sample_gmm(MEANS, S, 4000, g).view(1, -1, 2)
+    off = real + 0.3 * torch.nn.functional.normalize(torch.randn(real.shape, generator=g), dim=-1)
+    loss_real = float(ch.smart_loss(real, fn, SCHED, 25, 60, g))
+    loss_off = float(ch.smart_loss(off, fn, SCHED, 25, 60, g))
+    assert loss_real < 1.0  # the same eps in input and target: below the zero predictor's 1
+    assert loss_off > 2 * loss_real
+
+
+def test_regularizer_force_points_at_the_manifold():
+    g = torch.Generator().manual_seed(2)
+    on = ch.sample_gmm(MEANS, 0.0, 300, g)
+    off = on + 0.25 * torch.nn.functional.normalize(torch.randn(300, 2, generator=g), dim=-1)
+    keep = ch.manifold_distance(off, MEANS) > 0.15  # really off (not onto another arm)
+    x = off[keep].expand(16, -1, -1).clone().requires_grad_(True)
+    loss = ch.smart_loss(x, ch.exact_eps_fn(MEANS, S, SCHED), SCHED, 25, 60, g).sum()
+    force = -torch.autograd.grad(loss, x)[0].mean(0)
+    nearest = MEANS[torch.cdist(off[keep], MEANS).argmin(1)]
+    cos = torch.nn.functional.cosine_similarity(force, nearest - off[keep], dim=-1)
+    assert float(cos.mean()) > 0.9
+
+
+def test_ensemble_members_are_independent_and_select_copies():
+    torch.manual_seed(0)
+    E = ch.EnsembleMLP(3, [2, 8, 8, 1])
+    x = torch.randn(3, 5, 2)
+    out = E(x)
+    out[0].sum().backward()
+    assert float(E.weights[0].grad[1:].abs().sum()) == 0.0
+    single = E.select([1, 1])
+    assert torch.allclose(single(x[[1, 1]]), out[[1, 1]].detach())
+    single.weights[0].data += 1  # a copy, not a view
+    assert not torch.allclose(single.weights[0][0], E.weights[0][1])
+
+
+def test_metrics_on_real_and_wrong_samples():
+    g = torch.Generator().manual_seed(3)
+    real = ch.sample_gmm(MEANS, S, 4000, g)
+    assert float(ch.off_manifold_fraction(real, MEANS)) < 0.001
+    assert int(ch.coverage(real, MEANS)) == 16
+    half = MEANS[: len(MEANS) // 2]
+    assert int(ch.coverage(ch.sample_gmm(half, S, 4000, g), MEANS)) == 8
+    other = ch.sample_gmm(MEANS, S, 1000, g)
+    assert float(ch.mmd(real[:1000], other)) < 0.003
+    assert float(ch.mmd(ch.sample_gmm(half, S, 1000, g), other)) > 0.01
+
+
+# ---- the claims fail for broken variants -----------------------------------------------
+# One reduced paired experiment (2 replicas instead of 5, the default tier's step counts) with the good
+# arm and the broken ones side by side, trained once for all the tests below.
+
+@pytest.fixture(scope="module")
+def arms():
+    torch.manual_seed(0)
+    g = torch.Generator().manual_seed(0)
+
+    def sample(n):
+        return ch.sample_gmm(MEANS, S, n, g)
+
+    G0 = ch.EnsembleMLP(2, [2, ch.HIDDEN, ch.HIDDEN, ch.HIDDEN, 2])
+    D0 = ch.EnsembleMLP(2, [2, ch.HIDDEN, ch.HIDDEN, ch.HIDDEN, 1])
+    ch.train_gan(G0, D0, sample, 600, generator=g)
+    exact = ch.exact_eps_fn(MEANS, S, SCHED)
+    untrained = EpsMLP(dim=2, hidden=(128, 128)).requires_grad_(False)
+    names = ["GAN", "good", "sign flipped", "lambda 10x too strong", "untrained score model"]
+    lams = [0.0, 0.3, -0.3, 3.0, 0.3]
+    fns = [None, exact, exact, exact, lambda x, t: untrained(x, t)]
+    final, _, _ = ch.compare_arms(G0, D0, lams, fns, sample, MEANS, 800, SCHED, (25, 60), 1,
+                                  2000, sample(1000), g)
+    return {name: {k: float(v[i].mean()) for k, v in final.items()} for i, name in enumerate(names)}
+
+
+def test_good_arm_passes_the_off_manifold_claim(arms):
+    assert arms["good"]["off"] / arms["GAN"]["off"] <= 1.0
+
+
+def test_sign_flipped_regularizer_fails_the_off_manifold_claim(arms):
+    assert arms["sign flipped"]["off"] / arms["GAN"]["off"] > 1.0
+
+
+def test_too_strong_regularizer_fails_the_no_mode_dropping_claim(arms):
+    a, gan = arms["lambda 10x too strong"], arms["GAN"]
+    assert a["cov"] - gan["cov"] < -2.0 or a["mmd"] / gan["mmd"] > 1.35
+
+
+def test_untrained_score_model_fails_the_learned_score_claim(arms):
+    assert arms["untrained score model"]["off"] / arms["GAN"]["off"] > 0.75
