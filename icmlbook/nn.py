@@ -3,7 +3,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-import torch
 from torch import nn
 
 
@@ -22,6 +21,3 @@ class MLP(nn.Sequential):
             layers += [nn.Linear(a, b), act()]
         layers.append(nn.Linear(widths[-1], d_out))
         super().__init__(*layers)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:  # noqa: D102 - as nn.Sequential
-        return super().forward(x)

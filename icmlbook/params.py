@@ -9,6 +9,7 @@ reaches a batch user with exit status 2. Keep that cell free of heavy imports.
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -40,7 +41,7 @@ def check_range(name: str, value: Any, lo: float | None = None, hi: float | None
     """A real number in [lo, hi]; ``lo_open``/``hi_open`` exclude an end."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ParameterError(f"{name} must be a number; got {value!r}")
-    if value != value or value in (float("inf"), float("-inf")):
+    if not math.isfinite(value):
         raise ParameterError(f"{name} must be finite; got {value!r}")
     _check_bounds(name, value, lo, hi, lo_open, hi_open)
 

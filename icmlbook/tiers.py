@@ -1,7 +1,6 @@
 """Tiers (smoke / default / full), seeding and device choice."""
 from __future__ import annotations
 
-import os
 import random
 from types import SimpleNamespace
 from typing import Any
@@ -36,7 +35,6 @@ def pick(tier: str, **per_tier: dict[str, Any]) -> SimpleNamespace:
 def seed_everything(seed: int, torch: bool = True) -> None:
     """Seed Python's, NumPy's and (unless ``torch=False``) torch's global generators."""
     random.seed(seed)
-    os.environ.setdefault("PYTHONHASHSEED", str(seed))
     try:
         import numpy as np
 
