@@ -1,0 +1,79 @@
+"""The tiny transformer: causality, the positional encodings' invariances, sampling, training."""
+import pytest
+import torch
+
+from icmlbook.tinygpt import (PE_PRESETS, GPTConfig, TinyGPT, filter_logits, fit_lm, generate,
+                              lm_loss, rope)
+
+
+def model(pe, **kw):
+    torch.manual_seed(0)
+    return TinyGPT(GPTConfig.preset(pe, vocab_size=11, d_model=16, n_layers=2, n_heads=2,
+                                    max_len=32, **kw)).eval()
+
+
+@pytest.mark.parametrize("pe", sorted(PE_PRESETS))
+def test_causal(pe):
+    m, x = model(pe), torch.randint(0, 11, (2, 12))
+    y = x.clone()
+    y[:, 7:] = (y[:, 7:] + 1) % 11
+    with torch.no_grad():
+        assert torch.allclose(m(x)[:, :7], m(y)[:, :7], atol=1e-5)
+
+
+@pytest.mark.parametrize("pe", ["rope", "alibi"])
+def test_relative_encodings_ignore_a_shift_of_all_positions(pe):
+    m, x = model(pe, alibi_scale=4.0), torch.randint(0, 11, (2, 10))
+    pos = torch.tensor([[0, 0, 1, 1, 1, 2, 3, 3, 4, 5]])
+    with torch.no_grad():
+        assert torch.allclose(m(x, rel_pos=pos), m(x, rel_pos=pos + 37), atol=1e-4)
+        assert not torch.allclose(m(x, rel_pos=pos), m(x), atol=1e-4)
+
+
+def test_rope_dot_products_depend_on_offsets_only():
+    q, k = torch.randn(1, 1, 1, 8).expand(1, 1, 2, 8), torch.randn(1, 1, 1, 8).expand(1, 1, 2, 8)
+    pa, pb = torch.tensor([[3, 7]]), torch.tensor([[13, 17]])
+    dots = [(rope(q, p)[..., 1, :] * rope(k, p)[..., 0, :]).sum() for p in (pa, pb)]
+    assert torch.allclose(*dots, atol=1e-5)
+
+
+def test_absolute_tables():
+    m = model("learned")
+    x = torch.randint(0, 11, (1, 40))                     # longer than max_len=32: clamped, no crash
+    assert m(x).shape == (1, 40, 11)
+    assert not torch.allclose(m(x[:, :5]), m(x[:, :5], abs_pos=torch.arange(5) + 3))
+    with pytest.raises(ValueError, match="unknown positional"):
+        GPTConfig.preset("xpos", vocab_size=3)
+    with pytest.raises(ValueError, match="rel_pe"):
+        GPTConfig(vocab_size=3, rel_pe="t5")
+
+
+def test_attention_maps_and_hidden_states():
+    m = model("alibi")
+    m.keep_attention()
+    with torch.no_grad():
+        h = m(torch.randint(0, 11, (3, 6)), return_hidden=True)
+    att = m.blocks[0].attn.last_attn
+    assert h.shape == (3, 6, 16) and att.shape == (3, 2, 6, 6)
+    assert torch.allclose(att.sum(-1), torch.ones(3, 2, 6)) and (att.triu(1) == 0).all()
+    assert m(embeds=torch.randn(1, 4, 16)).shape == (1, 4, 11)
+
+
+def test_filter_logits():
+    logits = torch.log(torch.tensor([[0.5, 0.3, 0.15, 0.05]]))
+    assert torch.isinf(filter_logits(logits, top_k=2))[0].tolist() == [False, False, True, True]
+    assert torch.isinf(filter_logits(logits, top_p=0.7))[0].tolist() == [False, False, True, True]
+    assert torch.isinf(filter_logits(logits, top_p=0.1))[0].tolist() == [False, True, True, True]
+    assert not torch.isinf(filter_logits(logits, top_p=1.0)).any()
+
+
+def test_generate_and_fit():
+    m = model("rope")
+    data = torch.arange(12).remainder(11).repeat(8, 1)       # 0 1 2 ... 10 0: a deterministic cycle
+    before = lm_loss(m, data).item()
+    fit_lm(m, lambda step: data, 60, lr=1e-2, progress=False)
+    assert lm_loss(m, data).item() < 0.2 * before
+    out = generate(m, torch.tensor([[3, 4]]), 5, temperature=0)
+    assert out.tolist() == [[3, 4, 5, 6, 7, 8, 9]]
+    g = torch.Generator().manual_seed(0)
+    assert generate(m, torch.zeros(4, 1, dtype=torch.long), 3, top_p=0.9, generator=g).shape == (4, 4)
