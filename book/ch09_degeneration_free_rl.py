@@ -142,10 +142,15 @@ def make_prompts(grammar, tok, n, n_words, rng):
                          for _ in range(n)])
 
 
-data_rng = random.Random(seed)
-lm_data = lm_examples(GRAMMAR, TOK, 6000, 25, data_rng)
-train_prompts = make_prompts(GRAMMAR, TOK, 2000, PROMPT_WORDS, data_rng)
-eval_prompts = make_prompts(GRAMMAR, TOK, cfg.n_eval, PROMPT_WORDS, data_rng)
+def make_datasets(grammar, tok, n_eval, seed):
+    """LM training rows, 2000 RL training prompts and n_eval held-out prompts."""
+    rng = random.Random(seed)
+    return (lm_examples(grammar, tok, 6000, 25, rng),
+            make_prompts(grammar, tok, 2000, PROMPT_WORDS, rng),
+            make_prompts(grammar, tok, n_eval, PROMPT_WORDS, rng))
+
+
+lm_data, train_prompts, eval_prompts = make_datasets(GRAMMAR, TOK, cfg.n_eval, seed)
 print("a training row:", TOK.decode(lm_data[0].tolist()))
 print("three prompts: ", [TOK.decode(p.tolist()) for p in eval_prompts[:3]])
 print("R of 'the film was great. i loved the' =",
@@ -159,13 +164,18 @@ print("R of 'the film was great. i loved the' =",
 # a copy of it and measures its text against it.
 
 # %%
-gpt_cfg = GPTConfig(vocab_size=len(TOK), d_model=48, n_layers=2, n_heads=4, max_len=32,
-                    abs_pe="learned")
-ref = TinyGPT(gpt_cfg)
-batch_gen = torch.Generator().manual_seed(seed)
-ref_losses = fit_lm(ref, lambda s: lm_data[torch.randint(len(lm_data), (32,), generator=batch_gen)],
-                    cfg.ref_steps, lr=3e-3, desc="reference LM")
-ref.eval().requires_grad_(False)
+def train_reference(lm_data, vocab_size, steps, seed):
+    """A 2-layer word-level TinyGPT trained by next-word prediction, then frozen."""
+    torch.manual_seed(seed)
+    model = TinyGPT(GPTConfig(vocab_size=vocab_size, d_model=48, n_layers=2, n_heads=4,
+                              max_len=32, abs_pe="learned"))
+    gen = torch.Generator().manual_seed(seed)
+    losses = fit_lm(model, lambda s: lm_data[torch.randint(len(lm_data), (32,), generator=gen)],
+                    steps, lr=3e-3, desc="reference LM")
+    return model.eval().requires_grad_(False), losses
+
+
+ref, ref_losses = train_reference(lm_data, len(TOK), cfg.ref_steps, seed)
 print(f"reference LM: {ref.n_params()} parameters, final loss {np.mean(ref_losses[-20:]):.3f} "
       f"nats/word")
 
@@ -256,27 +266,36 @@ def kl_masks(logp_theta, logp_ref, tol=TIE_TOL):
     return diff <= tol, diff >= -tol
 
 
-def behaviour_logits(logits_theta, logits_ref, which, top_p, tol=TIE_TOL):
-    """Logits of the sampling policy: 'theta' (nucleus of pi_theta), 'plus' or 'minus'
-    (Eq. 5: nucleus of pi_theta restricted to M+ or M-, renormalised by the softmax)."""
-    z = filter_logits(logits_theta, top_p=top_p) if top_p < 1.0 else logits_theta
+def nucleus_of(logits, top_p):
+    """Boolean mask of the top-p nucleus (all True when top_p = 1)."""
+    return torch.isfinite(filter_logits(logits, top_p=top_p)) if top_p < 1.0 else \
+        torch.ones_like(logits, dtype=torch.bool)
+
+
+def behaviour_logits(logits_theta, logits_ref, which, top_p, tol=TIE_TOL, guard=False):
+    """Logits of a sampling policy: 'theta' (the nucleus of pi_theta), or 'plus' / 'minus'
+    (Eq. 5: pi_theta restricted to M+ or M- within the nucleus N_p of pi_theta, renormalised
+    by the softmax). guard=True (inference) also intersects N_p with pi_ref's nucleus."""
+    nucleus = nucleus_of(logits_theta, top_p)
     if which == "theta":
-        return z
+        return logits_theta.masked_fill(~nucleus, float("-inf"))
+    if guard:
+        both = nucleus & nucleus_of(logits_ref, top_p)
+        nucleus = torch.where(both.any(-1, keepdim=True), both, nucleus)
     plus, minus = kl_masks(logits_theta.log_softmax(-1), logits_ref.log_softmax(-1), tol)
-    nucleus = torch.isfinite(z)
     keep = (plus if which == "plus" else minus) & nucleus
     keep = keep | (nucleus & ~keep.any(-1, keepdim=True))  # empty mask: fall back to N_p
-    return z.masked_fill(~keep, float("-inf"))
+    return logits_theta.masked_fill(~keep, float("-inf"))
 
 
 @torch.no_grad()
-def sample(policy, ref, prompts, n_new, which, top_p, generator):
+def sample(policy, ref, prompts, n_new, which, top_p, generator, guard=False):
     """Continue prompts (B, T0) by n_new words from the behaviour policy `which`."""
     idx = prompts
     for _ in range(n_new):
         z_theta = policy(idx)[:, -1]
         z_ref = ref(idx)[:, -1] if which != "theta" else None
-        probs = behaviour_logits(z_theta, z_ref, which, top_p).softmax(-1)
+        probs = behaviour_logits(z_theta, z_ref, which, top_p, guard=guard).softmax(-1)
         idx = torch.cat([idx, torch.multinomial(probs, 1, generator=generator)], dim=1)
     return idx
 
@@ -414,7 +433,7 @@ def evaluate(policy, ref, prompts, which, *, n_new, top_p, tok, grammar, seed):
     """Reward, exact grammatical rate, reference perplexity, distinct-1/2 and drift."""
     gen = torch.Generator().manual_seed(seed)
     t0 = prompts.shape[1]
-    ids = sample(policy, ref, prompts, n_new, which, top_p, gen)
+    ids = sample(policy, ref, prompts, n_new, which, top_p, gen, guard=True)
     cont, heads = words_of(ids, t0, tok), words_of(prompts, 1, tok)
     logp_ref_tok, logp_ref = continuation_logp(ref, ids, t0)
     _, logp_theta = continuation_logp(policy, ids, t0)
@@ -523,7 +542,7 @@ dfpo_model = models["DfPO, lr x1"]
 with torch.no_grad():
     z_ref, z_th = ref(state)[0, -1], dfpo_model(state)[0, -1]
 p_ref, p_th = z_ref.softmax(-1), z_th.softmax(-1)
-p_minus = behaviour_logits(z_th[None], z_ref[None], "minus", top_p)[0].softmax(-1)
+p_minus = behaviour_logits(z_th[None], z_ref[None], "minus", top_p, guard=True)[0].softmax(-1)
 shown = [i for i in torch.argsort(-p_ref).tolist() if p_ref[i] > 0.01 or p_minus[i] > 0.01]
 x = np.arange(len(shown))
 fig, ax = plt.subplots(figsize=(8, 2.8))
