@@ -71,6 +71,7 @@ check_int("chunk_len", chunk_len, 2, 64)
 import random
 
 import matplotlib.pyplot as plt
+import matplotlib.ticker as mticker
 import numpy as np
 import torch
 
@@ -399,6 +400,13 @@ def smooth(curve, w=16):
     return np.convolve(curve, np.ones(w) / w, mode="valid")
 
 
+def log_loss_axis(ax):
+    """A log-scaled loss axis with plain tick labels (0.4, 1, 2 rather than powers of 10)."""
+    ax.set_yscale("log")
+    ax.yaxis.set_major_formatter(mticker.FormatStrFormatter("%g"))
+    ax.yaxis.set_minor_formatter(mticker.FormatStrFormatter("%g"))
+
+
 COLORS = {"sinusoidal": "C4", "RoPE": "C1", "ALiBi": "C2", "BiPE-RoPE": "C0", "BiPE-ALiBi": "C3"}
 fig, axes = plt.subplots(1, 2, figsize=(9, 3), sharey=True)
 for pe in VARIANTS:
@@ -407,7 +415,8 @@ for pe in VARIANTS:
 for ax, title in zip(axes, ("absolute and rotary", "linear biases (ALiBi)")):
     for k in (1, 2, 4):
         ax.axvline(k * train_len, color="k", ls=":", lw=0.8)
-    ax.set(xlabel="position t", yscale="log", title=title)
+    log_loss_axis(ax)
+    ax.set(xlabel="position t", title=title)
     ax.legend(loc="upper left")
 axes[0].set_ylabel(r"loss $\ell_t$ (nats/char)")
 plt.show()
@@ -442,7 +451,55 @@ for (pe, rule), rep in reports.items():
 # 30) are also unseen (training windows hold about 4 sentences), and the loss creeps up.
 # ALiBi is already flat on this toy, whose dependencies are all local, and BiPE-ALiBi is
 # flat too.
+
+# %% [markdown]
+# ### Where does a far query look?
 #
+# Attention of the last layer (mean over heads) of RoPE and BiPE-RoPE, for the last 48
+# queries of an $8L$ window over the last 96 keys; ticks mark the full stops. To predict
+# the next subject the model must look one sentence back. We also measure, for every
+# query, the attention mass on its own and the previous sentence, in distribution
+# ($L/2 \le t < L$) and far ($t \ge 8L - 64$).
+
+# %%
+def attention_map(model, windows, positions=None, layer=-1):
+    """Head-averaged attention (n, T, T) of one layer on windows (n, T)."""
+    model.keep_attention()
+    with torch.no_grad():
+        model(windows, **(positions(windows) if positions is not None else {}))
+    att = model.blocks[layer].attn.last_attn.mean(1)
+    model.keep_attention(False)
+    return att
+
+
+def local_mass(att, ends, queries):
+    """Mean attention mass of the given queries on their own and the previous segment."""
+    _, seg = bilevel_ids(ends, max_intra=1)
+    near = (seg[:, :, None] - seg[:, None, :]).le(1)  # key j in segment seg_i or seg_i - 1
+    return float((att * near)[:, queries].sum(-1).mean())
+
+
+att_windows = eval_windows[:8, :-1]
+T8 = att_windows.shape[1]
+fig, axes = plt.subplots(1, 2, figsize=(8, 3.2))
+for ax, pe in zip(axes, ("RoPE", "BiPE-RoPE")):
+    att = attention_map(models[(pe, "sentences")], att_windows, positions_for(pe, train_len))
+    ends = segment_ends(att_windows)
+    mass_in = local_mass(att, ends, slice(train_len // 2, train_len))
+    mass_far = local_mass(att, ends, slice(T8 - FAR, T8))
+    run.metric(f"{pe} attention on own + previous sentence",
+               dict(in_dist=round(mass_in, 3), far=round(mass_far, 3)))
+    ax.imshow(att[0, T8 - 48:, T8 - 96:].numpy(), cmap="viridis", aspect="auto",
+              extent=(T8 - 96, T8, T8, T8 - 48))
+    stops = (att_windows[0, T8 - 96:] == SEP_ID).nonzero().flatten() + T8 - 96
+    ax.set_xticks(stops.tolist(), [""] * len(stops))
+    ax.set(title=f"{pe}: on own + previous sentence\n"
+                 f"{mass_in:.2f} in distribution, {mass_far:.2f} far",
+           xlabel="key (ticks: full stops)")
+axes[0].set_ylabel("query position")
+plt.show()
+
+# %% [markdown]
 # ### Do the segments have to mean something?
 #
 # The same BiPE-RoPE with segments of the same mean length that ignore the sentences:
@@ -455,8 +512,8 @@ for rule, ls in zip(SEGMENTATIONS, ("-", "--", ":")):
             label=f"BiPE-RoPE, {rule}")
 ax.plot(smooth(curves[("RoPE", "sentences")]), color="C1", lw=1, label="RoPE (flat)")
 ax.axvline(train_len, color="k", ls=":", lw=0.8)
-ax.set(xlabel="position t", ylabel=r"loss $\ell_t$", yscale="log",
-       title="BiPE-RoPE with three segmentation rules")
+log_loss_axis(ax)
+ax.set(xlabel="position t", ylabel=r"loss $\ell_t$", title="BiPE-RoPE with three segmentation rules")
 ax.legend(loc="upper left")
 plt.show()
 
@@ -516,7 +573,7 @@ run.claim("meaningless segments / sentences far(8x)", worst_ablation / bipe["far
 run.metric("BiPE-ALiBi - ALiBi far(8x)", bipe_alibi["far 8x"] - alibi["far 8x"])
 run.metric("sinusoidal far(2x) / in-dist",
            reports[("sinusoidal", "sentences")]["far 2x"]
-           / reports[("sinusoidal", "sentences")]["in-dist"])
+           / reports[("sinusoidal", "sentences")]["in-dist"]);
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -534,14 +591,14 @@ run.verdict()
 # produces:
 
 # %%
-snippet = test_text[:12][None]
+snippet = test_text[:26][None]
 good_intra, good_seg = bilevel_ids(segment_ends(snippet), train_len)
 bad_intra, bad_seg = bilevel_ids(snippet != SEP_ID, train_len)
-print("text:       ", " ".join(f"{c:>2}" for c in TOK.decode(snippet[0].tolist())))
-print("seg, right: ", " ".join(f"{v:>2}" for v in good_seg[0].tolist()))
-print("seg, broken:", " ".join(f"{v:>2}" for v in bad_seg[0].tolist()))
-print("intra, right: ", " ".join(f"{v:>2}" for v in good_intra[0].tolist()))
-print("intra, broken:", " ".join(f"{v:>2}" for v in bad_intra[0].tolist()))
+rows = {"text": list(TOK.decode(snippet[0].tolist())),
+        "seg, right": good_seg[0].tolist(), "seg, broken": bad_seg[0].tolist(),
+        "intra, right": good_intra[0].tolist(), "intra, broken": bad_intra[0].tolist()}
+for name, values in rows.items():
+    print(f"{name:<14}" + "".join(f"{v:>3}" for v in values))
 
 # %% [markdown]
 # ## Explore
@@ -595,7 +652,8 @@ def update(pe, test_factor, sentence_mods, segmentation):
         f", {rule}" if VARIANTS[pe][2] else ""))
     ax.axvline(train_len, color="k", ls=":", lw=0.8)
     far = curve[-FAR:].mean()
-    ax.set(xlabel="position t", ylabel=r"loss $\ell_t$", yscale="log",
+    log_loss_axis(ax)
+    ax.set(xlabel="position t", ylabel=r"loss $\ell_t$",
            title=f"{pe}: in-dist {curve[:train_len].mean():.3f}, last 64 of {test_factor} L "
                  f"{far:.3f} (RoPE {ref[-FAR:].mean():.3f}); {mods[0]}-{mods[1]} modifiers")
     ax.legend(loc="upper left")
@@ -606,8 +664,12 @@ def update(pe, test_factor, sentence_mods, segmentation):
     print("text  ", "".join(f"{c:>3}" for c in TOK.decode(text[0].tolist())))
     print("seg   ", "".join(f"{v:>3}" for v in seg[0].tolist()))
     print("intra ", "".join(f"{v:>3}" for v in intra[0].tolist()))
+    if not VARIANTS[pe][2]:
+        print(f"({pe} reads the flat positions 0, 1, 2, ...; these ids are shown for comparison)")
 
 
+for pe, rule in RUNS:  # precompute the training distribution's curves: most moves only redraw
+    widget_curve(pe, rule, TRAIN_MODS)
 controls = dict(
     pe=W.Dropdown(options=list(VARIANTS), value="BiPE-RoPE", description="encoding"),
     test_factor=W.IntSlider(value=8, min=1, max=MAX_FACTOR, description="test len / L"),
