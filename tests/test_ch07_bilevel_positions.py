@@ -127,6 +127,8 @@ def test_length_report():
     assert rep["in-dist"] == 1.0 and rep["far 2x"] == 2.0
     assert rep["far 4x"] == 3.0 and rep["far 8x"] == 4.0
     assert rep["all 2x"] == 1.5
+    short = ch.length_report(curve[:256], 32)  # a window shorter than the 64 far positions
+    assert short["far 1x"] == 1.0 and short["far 2x"] == 1.0
 
 
 # -- claims: trained at the default tier, seed 0 ------------------------------
