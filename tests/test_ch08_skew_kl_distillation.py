@@ -156,7 +156,7 @@ def test_data_and_masks():
     assert m[:, : ch.PROMPT_LEN].sum() == 0 and m[:, ch.PROMPT_LEN:].min() == 1
 
 
-# -- claims 3-6 on a real (default-sized) run, and their broken variants -----------------
+# -- claims 3-7 on a real (default-sized) run, and their broken variants -----------------
 @pytest.fixture(scope="module")
 def setup():
     torch.manual_seed(0)
@@ -176,12 +176,13 @@ def setup():
                 vt=vt, prompts=prompts)
 
 
-def run_distill(s, kind, regime="offline", choose=None, steps=150):
+def run_distill(s, kind, regime="offline", choose=None, steps=150, teacher=None, lr=3e-3):
     student = ch.make_model(8, 1, 2)
     student.load_state_dict(s["sft"])
     kw = {} if choose is None else dict(choose=choose)
-    h = ch.distill(student, s["teacher"], kind=kind, alpha=0.1, steps=steps, regime=regime,
-                   pool=s["pool"], val=s["val"], val_teacher_logits=s["vt"], seed=1, lr=3e-3,
+    h = ch.distill(student, teacher or s["teacher"], kind=kind, alpha=0.1, steps=steps,
+                   regime=regime, pool=s["pool"], val=s["val"], val_teacher_logits=s["vt"],
+                   seed=1, lr=lr,
                    phi0=0.5, eps=0.01, capacity=256, eval_every=25, **kw)
     return h, student
 
@@ -206,12 +207,12 @@ def test_regime_claims_fail_with_broken_schedules(setup):
     def inverted(r, phi, step, total, n_buffer, capacity):  # bug: r > phi_gen instead of <
         return "generate" if r > phi * (1 - step / total) else "data"
     broken, _ = run_distill(setup, "SKL", "adaptive", choose=inverted, steps=60)
-    assert broken["gen_calls"] / on["gen_calls"] > 0.5  # claim 5 fails
+    assert broken["gen_calls"] / on["gen_calls"] > 0.5  # claim 6 fails
 
     def always(r, phi, step, total, n_buffer, capacity):  # bug: the schedule's answer is lost
         return "generate"
     broken, _ = run_distill(setup, "SKL", "adaptive", choose=always, steps=60)
-    assert on["seconds"] / broken["seconds"] < 1.5  # claim 6 fails
+    assert on["seconds"] / broken["seconds"] < 1.5  # claim 7 fails
 
 
 def test_quality_claim_fails_when_replay_holds_noise(setup, monkeypatch):
@@ -226,4 +227,30 @@ def test_quality_claim_fails_when_replay_holds_noise(setup, monkeypatch):
     _, s_b = run_distill(setup, "SKL", "adaptive")
     monkeypatch.undo()
     broken = ch.sample_quality(s_b, setup["teacher"], setup["prompts"], 2)["gen_nll"]
-    assert broken / on > 1.05  # claim 4 fails
+    assert broken / on > 1.05  # claim 5 fails
+
+
+def test_noisy_teacher_wrapper():
+    teacher = ch.make_model(16, 1, 2)
+    x = ch.make_pool(4, random.Random(0))[:, :-1]
+    out = ch.NoisyTeacher(teacher, 0.3, 0)(x)
+    assert torch.allclose(out.exp().sum(-1), torch.ones(out.shape[:-1]), atol=1e-5)
+    clean = ch.NoisyTeacher(teacher, 0.0, 0)(x)
+    assert torch.allclose(clean.exp(), teacher(x).softmax(-1), atol=1e-6)
+    noisy = ch.NoisyTeacher(teacher, 0.3, 0)
+    assert not torch.allclose(noisy(x), noisy(x))  # fresh noise at every query
+
+
+def test_noisy_teacher_claim_holds_and_fails_when_alpha_is_dropped(setup, monkeypatch):
+    def kl(kind):
+        noisy = ch.NoisyTeacher(setup["teacher"], 0.3, 6)
+        return run_distill(setup, kind, teacher=noisy, lr=1e-2)[0]["kl"][-1]
+    fkl = kl("FKL")
+    assert kl("SKL") / fkl <= 0.7  # claim 4 holds
+
+    real = ch.divergence
+
+    def dropped(kind, t, s, alpha):  # bug: alpha is not passed on, SKL becomes forward KL
+        return real(kind, t, s, 0.0)
+    monkeypatch.setattr(ch, "divergence", dropped)
+    assert kl("SKL") / fkl > 0.7  # claim 4 fails
