@@ -37,7 +37,8 @@
 # **The idea.** (1) *Skew* the divergence: compare $p$ not with $q_\theta$ but with the
 # mixture $\alpha p + (1-\alpha) q_\theta$ (skew KL, SKL), or $q_\theta$ with
 # $(1-\alpha)p + \alpha q_\theta$ (skew reverse KL, SRKL). The mixture is never smaller
-# than $\alpha$ times the teacher, so the gradient is bounded by $(1-\alpha)/\alpha$.
+# than $\alpha$ times the teacher, so the gradient with respect to the student's
+# probabilities is bounded by $(1-\alpha)/\alpha$.
 # (2) *Adaptive off-policy* student-generated outputs: generate from the student only
 # with a probability $\varphi$ that rises when validation loss rises, and otherwise
 # replay old student samples from a buffer.
@@ -636,7 +637,8 @@ run.metric("gen_nll_noisy_teacher", {k: q["gen_nll"] for k, q in noisy_quality.i
 # student ends far from the clean teacher, writing the worst samples; SKL caps the push
 # on tokens the student rates unlikely (Eq. 5–6), so each batch's random peaks barely
 # move it, and it ends at about half of forward KL's held-out KL. The mode-seeking losses
-# (RKL, SRKL) are robust here for the same reason. The bound is a robustness property:
+# (RKL, SRKL) are robust too, for a simpler reason: they weigh the log-ratio by the
+# student's mass, so teacher peaks where the student has none hardly pull at all. The bound is a robustness property:
 # it pays off when the target is noisy (the paper's setting has a 1.5B teacher on long
 # generated sequences, mixed precision and a 50k vocabulary) and costs speed when the
 # target is clean. Uniform noise ($\xi = 0$) would not show this: it only smooths the
