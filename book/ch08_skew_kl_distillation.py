@@ -104,8 +104,8 @@ run = icmlbook.start("08_skew_kl_distillation", tier=tier, seed=seed,
                                  teacher_noise=teacher_noise, phi0=phi0, loss_eps=loss_eps, replay_capacity=replay_capacity))
 icmlbook.use_style()
 cfg = run.pick(
-    smoke=dict(n_pool=256, teacher_steps=20, sft_steps=5, steps=6, eval_every=3, n_val=16,
-               n_samples=16, widget_steps=3, fast_lr=1e-2),
+    smoke=dict(n_pool=128, teacher_steps=10, sft_steps=4, steps=4, eval_every=2, n_val=16,
+               n_samples=16, widget_steps=2, fast_lr=1e-2),
     default=dict(n_pool=4096, teacher_steps=400, sft_steps=100, steps=150, eval_every=25,
                  n_val=256, n_samples=512, widget_steps=50, fast_lr=1e-2),
 )
