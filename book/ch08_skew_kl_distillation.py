@@ -107,7 +107,7 @@ cfg = run.pick(
     smoke=dict(n_pool=128, teacher_steps=10, sft_steps=4, steps=4, eval_every=2, n_val=16,
                n_samples=16, widget_steps=2, fast_lr=1e-2),
     default=dict(n_pool=4096, teacher_steps=400, sft_steps=100, steps=150, eval_every=25,
-                 n_val=256, n_samples=512, widget_steps=50, fast_lr=1e-2),
+                 n_val=256, n_samples=512, widget_steps=40, fast_lr=1e-2),
 )
 PROMPT_LEN, RESP_LEN = 2, 16  # words of prompt and of response per sequence
 BATCH = 32  # sequences per training step
@@ -867,6 +867,7 @@ def update(alpha_w, kind, regime, target):
     plt.show()
 
 
+widget_run(0.0, "FKL", "offline", "clean")  # precompute the reference curve
 controls = dict(
     alpha_w=W.FloatSlider(value=alpha, min=0.0, max=1.0, step=0.05, description="alpha"),
     kind=W.Dropdown(options=list(LOSSES), value="SKL", description="loss"),
