@@ -1,0 +1,932 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # DistiLLM: skew KL divergence and adaptive off-policy distillation
+#
+# **Paper.** Jongwoo Ko, Sungnyun Kim, Tianyi Chen, Se-Young Yun. *DistiLLM: Towards
+# Streamlined Distillation for Large Language Models.* ICML 2024 (the ICML poster page
+# titles it *DistiLLM: Skew KL Divergence and Adaptive Off-policy Approach for Efficient
+# Distillation of Auto-regressive Language Models*).
+# [arXiv:2402.03898](https://arxiv.org/abs/2402.03898) ·
+# [code](https://github.com/jongwooko/distillm). Everything below is written from the
+# paper's equations and its recipe as described in this chapter's brief; no code was
+# copied.
+#
+# **The problem.** Knowledge distillation trains a small *student* language model
+# $q_\theta$ to match a large *teacher* $p$ token by token. The two usual objectives
+# both have a weak spot: the forward KL $\mathrm{KL}(p\,\|\,q_\theta)$ has a gradient in
+# $q$ that explodes where the student gives a teacher mode almost no probability, and
+# the reverse KL $\mathrm{KL}(q_\theta\,\|\,p)$ explodes where the student puts mass the
+# teacher rules out. Training on the student's own samples (on-policy distillation,
+# GKD, MiniLLM) helps the student with what it will actually generate, but sampling
+# every step is slow.
+#
+# **The idea.** (1) *Skew* the divergence: compare $p$ not with $q_\theta$ but with the
+# mixture $\alpha p + (1-\alpha) q_\theta$ (skew KL, SKL), or $q_\theta$ with
+# $(1-\alpha)p + \alpha q_\theta$ (skew reverse KL, SRKL). The mixture is never smaller
+# than $\alpha$ times the teacher, so the gradient with respect to the student's
+# probabilities is bounded by $(1-\alpha)/\alpha$.
+# (2) *Adaptive off-policy* student-generated outputs: generate from the student only
+# with a probability $\varphi$ that rises when validation loss rises, and otherwise
+# replay old student samples from a buffer.
+#
+# **The claim.** SKL/SRKL are more stable than KL/RKL, and the adaptive off-policy
+# scheme keeps the benefit of student-generated data at a fraction of its cost (up to
+# 4.3x faster than recent distillation methods). We distil a two-layer transformer
+# trained on the book's toy language into a one-layer, eight-wide student and check
+# the bounded gradient, the losses against each other and the data regimes against
+# each other. One of the paper's claims, SKL *converging faster* than forward KL, does
+# not reproduce at our scale with a clean teacher, and the chapter shows why; with a
+# teacher that makes random confident mistakes, SKL is the more robust loss by far.
+
+# %% tags=["parameters"]
+tier = "default"  # smoke | default | full: size of the experiment
+seed = 0  # drives every random number in the chapter
+alpha = 0.1  # skew alpha of SKL and SRKL (the paper's default 0.1; 0 recovers KL / RKL)
+student_width = 8  # d_model of the one-layer student (the teacher has two layers of width 48)
+distill_lr = 3e-3  # student learning rate during distillation (AdamW, cosine decay)
+teacher_noise = 0.3  # eta: share of the noisy teacher's mass put on random spurious tokens
+phi0 = 0.5  # initial probability of using student-generated outputs (adaptive regime)
+loss_eps = 0.01  # validation-loss rise that raises phi by 0.1 (adaptive regime)
+replay_capacity = 256  # replay buffer size in sequences (adaptive regime)
+
+# %% tags=["validate"]
+from icmlbook import check_choice, check_int, check_range, check_seed, check_tier
+
+check_tier(tier)
+check_seed(seed)
+check_range("alpha", alpha, 0.0, 1.0, lo_open=True, hi_open=True)
+check_choice("student_width", student_width, (4, 8, 12, 16, 24))
+check_range("distill_lr", distill_lr, 0.0, 0.1, lo_open=True)
+check_range("teacher_noise", teacher_noise, 0.0, 1.0, hi_open=True)
+check_range("phi0", phi0, 0.0, 1.0)
+check_range("loss_eps", loss_eps, 0.0, 10.0)
+check_int("replay_capacity", replay_capacity, 8, 100000)
+
+# %% [markdown]
+# ## Setup
+#
+# PyTorch on one CPU thread: both models are tiny, and one thread is the fastest for
+# them. The tier sets the number of training steps, the evaluation sizes and the
+# length of the widget's short runs.
+
+# %%
+import copy
+import math
+import random
+import time
+from collections import deque
+
+import numpy as np
+import matplotlib.pyplot as plt
+import torch
+from torch import nn
+
+import icmlbook
+from icmlbook.tinygpt import GPTConfig, TinyGPT, fit_lm, generate, lm_loss
+from icmlbook.toylang import REVIEWS, Tokenizer
+
+run = icmlbook.start("08_skew_kl_distillation", tier=tier, seed=seed,
+                     params=dict(alpha=alpha, student_width=student_width, distill_lr=distill_lr,
+                                 teacher_noise=teacher_noise, phi0=phi0, loss_eps=loss_eps, replay_capacity=replay_capacity))
+icmlbook.use_style()
+cfg = run.pick(
+    smoke=dict(n_pool=128, teacher_steps=10, sft_steps=4, steps=4, eval_every=2, n_val=16,
+               n_samples=16, widget_steps=2, fast_lr=1e-2),
+    default=dict(n_pool=4096, teacher_steps=400, sft_steps=100, steps=150, eval_every=25,
+                 n_val=256, n_samples=512, widget_steps=40, fast_lr=1e-2),
+)
+PROMPT_LEN, RESP_LEN = 2, 16  # words of prompt and of response per sequence
+BATCH = 32  # sequences per training step
+LOSSES = ("FKL", "RKL", "SKL", "SRKL")
+REGIMES = ("offline", "on-policy", "adaptive")
+print(f"tier {tier}: teacher {cfg.teacher_steps} steps, student SFT {cfg.sft_steps} steps, "
+      f"distillation {cfg.steps} steps of {BATCH} sequences")
+
+# %% [markdown]
+# ## The idea in math
+#
+# At every response position $t$ the teacher gives a next-token distribution
+# $p = p(\cdot\mid y_{<t})$ over the vocabulary and the student gives $q = q_\theta(\cdot
+# \mid y_{<t})$. Distillation minimises a divergence between them, averaged over the
+# response positions of a batch (prompt positions are masked out). The two classical
+# choices are the forward and the reverse KL:
+#
+# $$D_{\mathrm{KL}}(p, q) = \sum_v p_v \log\frac{p_v}{q_v}, \tag{1}$$
+#
+# $$D_{\mathrm{RKL}}(p, q) = \sum_v q_v \log\frac{q_v}{p_v}. \tag{2}$$
+#
+# Forward KL is *mode covering*: the student pays heavily for any teacher token it
+# misses, so a student too small to be exact spreads its mass over everything the
+# teacher allows, and some in between. Reverse KL is *mode seeking*: the student pays
+# for mass where the teacher has none, so it concentrates on a few safe modes.
+#
+# **Skewing.** DistiLLM replaces the second argument by a mixture with the first:
+#
+# $$D_{\mathrm{SKL}}^{(\alpha)}(p, q) = D_{\mathrm{KL}}\big(p,\ \alpha p + (1-\alpha)q\big), \tag{3}$$
+#
+# $$D_{\mathrm{SRKL}}^{(\alpha)}(p, q) = D_{\mathrm{KL}}\big(q,\ (1-\alpha)p + \alpha q\big). \tag{4}$$
+#
+# Both are $\mathrm{KL}(a\,\|\,\alpha a + (1-\alpha) b)$ with $(a, b) = (p, q)$ or $(q, p)$,
+# so one function computes all four losses. With $\alpha = 0$ they are Eqs. 1–2;
+# with $\alpha = 1$ they vanish. The mixture must be formed from *probabilities* (a
+# convex combination of two distributions), not from log-probabilities.
+#
+# **The bounded gradient.** Differentiating Eq. 3 with respect to the student's
+# probabilities, with $m = \alpha p + (1-\alpha) q$:
+#
+# $$\frac{\partial D_{\mathrm{SKL}}}{\partial q_v} = -\frac{(1-\alpha)\, p_v}{\alpha p_v + (1-\alpha) q_v},
+# \qquad \Big|\frac{\partial D_{\mathrm{SKL}}}{\partial q_v}\Big| \le \frac{1-\alpha}{\alpha}, \tag{5}$$
+#
+# because $m_v \ge \alpha p_v$. For the forward KL the same derivative is $-p_v/q_v$,
+# unbounded as the student's $q_v \to 0$ on a teacher mode ($\alpha = 0.1$ caps SKL's
+# at 9). Through the softmax, the gradient with respect to the student's *logits* is
+#
+# $$\frac{\partial D_{\mathrm{SKL}}}{\partial z_k} = -(1-\alpha)\, q_k\Big(\frac{p_k}{m_k}
+#   - \sum_v q_v \frac{p_v}{m_v}\Big), \tag{6}$$
+#
+# our derivation. For forward KL ($\alpha = 0$) this is $q_k - p_k$: already bounded
+# by 1. Where the student badly under-covers a teacher token ($q_k \ll \alpha p_k$),
+# Eq. 6 pushes with about $(1-\alpha) q_k / \alpha$ instead of forward KL's $p_k$: the
+# skew buys stability with *smaller* steps on exactly the tokens the student misses.
+# This is the key to what we will see below.
+#
+# **Adaptive off-policy student-generated outputs (SGO).** Each training step draws
+# $r \sim U(0, 1)$ and, with $\varphi$ the current SGO probability, step $s$ of $S$,
+#
+# $$\text{source} = \begin{cases}
+#   \text{generate from } q_\theta\ (\text{and push to the buffer}) & r < \varphi\,(1 - s/S)
+#     \ \text{ or }\ (r < \varphi \text{ and the buffer is not full}),\\
+#   \text{replay a batch from the buffer} & \text{else if } r < \varphi,\\
+#   \text{ground truth} & \text{otherwise.}\end{cases} \tag{7}$$
+#
+# At every evaluation the student's validation loss $L$ is compared with a reference
+# $L_{\mathrm{prev}}$ (the first evaluation's loss at the start):
+#
+# $$\text{if } L \ge L_{\mathrm{prev}} + \varepsilon:\quad \varphi \leftarrow \min(\varphi + 0.1,\ 1),
+#   \quad L_{\mathrm{prev}} \leftarrow L. \tag{8}$$
+#
+# The reference only moves when $\varphi$ rises (as in the authors' recipe): a
+# student whose validation loss starts to climb is getting exposure-bias trouble and is
+# given more of its own samples.
+
+# %% [markdown]
+# ## From scratch
+#
+# ### The four divergences (Eqs. 1–4)
+#
+# One function, $\mathrm{KL}(a\,\|\,\alpha a + (1-\alpha) b)$ per position, in fp32.
+# The mixture is formed from the two softmaxes and only then logged; with $\alpha = 0$
+# it falls back to the exact log-softmax (a student probability can underflow to 0,
+# and $\log 0$ would make plain KL infinite). The teacher's logits never carry a
+# gradient (they come from a `no_grad` forward), the student's carry it *through the
+# mixture too*, as in the paper.
+
+# %%
+def skew_kl_logits(a_logits, b_logits, alpha):
+    """KL(a || alpha a + (1 - alpha) b) at every position (Eqs. 3-4; alpha = 0: Eqs. 1-2)."""
+    log_a = a_logits.float().log_softmax(-1)
+    a = log_a.exp()
+    if alpha == 0:  # plain KL: exact in log space
+        log_m = b_logits.float().log_softmax(-1)
+    else:  # Eq. 3: the mixture of two distributions, formed in probability space
+        m = alpha * a + (1 - alpha) * b_logits.float().softmax(-1)
+        log_m = torch.log(m.clamp_min(torch.finfo(torch.float32).tiny))
+    return (a * (log_a - log_m)).sum(-1)
+
+
+def divergence(kind, teacher_logits, student_logits, alpha):
+    """The per-position distillation loss: FKL (Eq. 1), RKL (2), SKL (3) or SRKL (4)."""
+    p, q = teacher_logits, student_logits
+    if kind == "FKL":
+        return skew_kl_logits(p, q, 0.0)
+    if kind == "RKL":
+        return skew_kl_logits(q, p, 0.0)
+    if kind == "SKL":
+        return skew_kl_logits(p, q, alpha)  # KL(p || alpha p + (1 - alpha) q)
+    if kind == "SRKL":
+        return skew_kl_logits(q, p, alpha)  # KL(q || alpha q + (1 - alpha) p)
+    raise ValueError(f"unknown loss {kind!r}; choose from {LOSSES}")
+
+
+def masked_mean(x, mask):
+    """Mean of x over the positions where mask is 1 (the response tokens)."""
+    return (x * mask).sum() / mask.sum().clamp(min=1)
+
+
+# %% [markdown]
+# ### The gradient in probability space (Eq. 5)
+#
+# To look at Eq. 5 we need the loss as a function of the probability vector $q$ itself
+# (not of logits). `skl_probs` is Eq. 3 written on probabilities; autograd gives its
+# gradient, and `skl_grad_formula` is the closed form of Eq. 5 to check it against.
+
+# %%
+def skl_probs(p, q, alpha):
+    """Eq. 3 on probability vectors (last axis = vocabulary), teacher entropy included."""
+    m = alpha * p + (1 - alpha) * q
+    return (torch.special.xlogy(p, p) - torch.special.xlogy(p, m)).sum(-1)
+
+
+def skl_grad_formula(p, q, alpha):
+    """Eq. 5: d SKL / d q_v = -(1 - alpha) p_v / (alpha p_v + (1 - alpha) q_v)."""
+    return -(1 - alpha) * p / (alpha * p + (1 - alpha) * q)
+
+
+def prob_gradient(loss_fn, p, q, alpha):
+    """Autograd gradient of sum(loss_fn(p, q, alpha)) with respect to the probabilities q."""
+    q = q.detach().clone().requires_grad_(True)
+    loss_fn(p, q, alpha).sum().backward()
+    return q.grad
+
+
+def fkl_probs(p, q, alpha=0.0):
+    """Eq. 1 on probability vectors (alpha is ignored)."""
+    return (torch.special.xlogy(p, p) - torch.special.xlogy(p, q)).sum(-1)
+
+
+# %% [markdown]
+# ### The toy language, the teacher and the student
+#
+# The data is the book's toy language of short movie reviews (`icmlbook.toylang.REVIEWS`)
+# at the word level: 38 words, a `<bos>` symbol, sentences running one after another.
+# A sequence is `<bos>`, a two-word prompt and a sixteen-word response; the loss counts
+# the response positions only. A fixed pool of ground-truth sequences plays the part of
+# the instruction dataset. The teacher is a two-layer, 48-wide transformer
+# (62k parameters) trained on ground truth; the student has one layer of width
+# `student_width` (2k parameters at width 8), a real capacity gap. As in the authors'
+# recipe the student is first fine-tuned on ground truth (SFT) before distillation.
+
+# %%
+TOK = Tokenizer.for_grammar(REVIEWS, "word", specials=("<bos>",))
+BOS = TOK.id("<bos>")
+
+
+def make_pool(n, rng, prompt_len=PROMPT_LEN, resp_len=RESP_LEN):
+    """n ground-truth sequences: <bos>, then prompt_len + resp_len words of running reviews."""
+    rows = []
+    for _ in range(n):
+        words = []
+        while len(words) < prompt_len + resp_len:
+            words += REVIEWS.sentence(rng)
+        rows.append([BOS] + TOK.encode(words[: prompt_len + resp_len]))
+    return torch.tensor(rows)
+
+
+def sample_batch(pool, n, rng):
+    """n sequences drawn from the fixed ground-truth pool (the "dataset")."""
+    return pool[torch.tensor(rng.sample(range(len(pool)), n))]
+
+
+def response_mask(n, prompt_len=PROMPT_LEN, resp_len=RESP_LEN):
+    """(n, T - 1) mask over the predicted positions 1..T-1: 1 on response tokens only."""
+    mask = torch.zeros(n, prompt_len + resp_len)
+    mask[:, prompt_len:] = 1.0
+    return mask
+
+
+def make_model(width, layers, heads):
+    """A TinyGPT with learned absolute positions over the toy vocabulary."""
+    return TinyGPT(GPTConfig.preset("learned", vocab_size=len(TOK), d_model=width,
+                                    n_layers=layers, n_heads=heads, max_len=32))
+
+
+# %% [markdown]
+# A *noisy teacher* (used in Part A to find where the bound matters) makes confident
+# random mistakes: at every query, a share $\eta$ of its mass goes to a random, peaked
+# distribution over the vocabulary, drawn afresh for every position of every query:
+#
+# $$\tilde p = (1-\eta)\, p + \eta\, \mathrm{softmax}(3\,\xi), \qquad \xi \sim \mathcal N(0, I). \tag{9}$$
+#
+# Its mistakes average out over many queries (the average of the noise is close to
+# uniform), but not within a batch.
+
+# %%
+NOISE_SCALE = 3.0  # logit scale of the noisy teacher's spurious peaks (Eq. 9)
+
+
+class NoisyTeacher(nn.Module):
+    """Eq. 9: the teacher's distribution mixed with fresh random peaks; returns log-probs."""
+
+    def __init__(self, teacher, eta, seed):
+        super().__init__()
+        self.teacher, self.eta = teacher, eta
+        self.gen = torch.Generator().manual_seed(seed)
+
+    def forward(self, idx):
+        p = self.teacher(idx).softmax(-1)
+        xi = torch.randn(p.shape, generator=self.gen)
+        return torch.log((1 - self.eta) * p + self.eta * (NOISE_SCALE * xi).softmax(-1))
+
+
+# %% [markdown]
+# ### Distillation with three data regimes (Eqs. 7–8)
+#
+# `choose_source` is Eq. 7 and `update_phi` is Eq. 8, as pure functions. `distill`
+# trains a student from its current weights for `steps` AdamW steps (cosine decay,
+# gradient clipping at 1) with any of the four losses, in one of three regimes:
+#
+# * **offline**: ground-truth responses only ($\varphi = 0$);
+# * **on-policy**: a fresh student sample for every batch ($\varphi = 1$, GKD-style);
+# * **adaptive**: Eqs. 7–8 with a replay buffer of whole sequences.
+#
+# Student samples are drawn at temperature 1 with no truncation, from the prompts of the
+# ground-truth batch; the loss on them is the distillation loss only (no cross-entropy on
+# the student's own tokens). It counts generation calls and times sampling separately;
+# the held-out evaluations are excluded from the measured training time. Time is the
+# process's CPU time (`time.process_time`, one torch thread): on a machine shared with
+# other jobs, wall-clock would measure their load as much as ours.
+
+# %%
+def update_phi(phi, prev, val_loss, eps, step=0.1):
+    """Eq. 8: raise phi by 0.1 when the validation loss rose by eps; returns (phi, prev)."""
+    if prev is None:  # the first evaluation sets the reference
+        return phi, val_loss
+    if val_loss >= prev + eps:
+        return min(phi + step, 1.0), val_loss
+    return phi, prev
+
+
+def choose_source(r, phi, step, total, n_buffer, capacity):
+    """Eq. 7: 'generate', 'replay' or 'data' for this step, given r ~ U(0, 1)."""
+    phi_gen = phi * (1 - step / total)
+    if r < phi_gen or (r < phi and n_buffer < capacity):
+        return "generate"
+    if r < phi:
+        return "replay"
+    return "data"
+
+
+@torch.no_grad()
+def heldout_kl(student, val, val_teacher_logits):
+    """Exact token-level KL(p || q) on held-out ground truth, response positions."""
+    s_logits = student(val[:, :-1])
+    return float(masked_mean(skew_kl_logits(val_teacher_logits, s_logits, 0.0),
+                             response_mask(len(val))))
+
+
+@torch.no_grad()
+def heldout_nll(model, val):
+    """The model's cross-entropy on held-out ground-truth responses."""
+    return float(lm_loss(model, val, response_mask(len(val))))
+
+
+def distill(student, teacher, *, kind, alpha, steps, regime, pool, val, val_teacher_logits, seed,
+            lr, phi0=0.5, eps=0.01, capacity=256, eval_every=25, batch=BATCH,
+            choose=choose_source):
+    """Distil teacher into student (in place); returns the history of the run."""
+    rng = random.Random(seed)
+    gen = torch.Generator().manual_seed(seed)
+    opt = torch.optim.AdamW(student.parameters(), lr=lr, weight_decay=0.0)
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda s: 0.5 * (1 + math.cos(math.pi * min(s, steps) / steps)))
+    mask = response_mask(batch)
+    buffer = deque(maxlen=capacity)
+    phi = {"offline": 0.0, "on-policy": 1.0, "adaptive": phi0}[regime]
+    prev = None
+    hist = dict(step=[0], kl=[heldout_kl(student, val, val_teacher_logits)], phi=[phi],
+                gen_calls=0, gen_seconds=0.0, seconds=0.0, sources=[])
+    for step in range(steps):
+        t0 = time.process_time()
+        gt = sample_batch(pool, batch, rng)
+        if regime == "adaptive":
+            src = choose(rng.random(), phi, step, steps, len(buffer), capacity)
+        else:
+            src = "generate" if regime == "on-policy" else "data"
+        if src == "generate":
+            t_gen = time.process_time()
+            student.eval()
+            x = generate(student, gt[:, : 1 + PROMPT_LEN], RESP_LEN, generator=gen)
+            hist["gen_calls"] += 1
+            hist["gen_seconds"] += time.process_time() - t_gen
+            buffer.extend(x)  # whole sequences: prompt + the student's response
+        elif src == "replay":
+            x = torch.stack(rng.sample(list(buffer), min(batch, len(buffer))))
+        else:
+            x = gt
+        hist["sources"].append(src)
+        student.train()
+        with torch.no_grad():
+            t_logits = teacher(x[:, :-1])
+        loss = masked_mean(divergence(kind, t_logits, student(x[:, :-1]), alpha), mask[: len(x)])
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        nn.utils.clip_grad_norm_(student.parameters(), 1.0)
+        opt.step()
+        sched.step()
+        hist["seconds"] += time.process_time() - t0
+        if (step + 1) % eval_every == 0 or step + 1 == steps:
+            student.eval()
+            hist["step"].append(step + 1)
+            hist["kl"].append(heldout_kl(student, val, val_teacher_logits))
+            if regime == "adaptive":
+                phi, prev = update_phi(phi, prev, heldout_nll(student, val), eps)
+            hist["phi"].append(phi)
+    student.eval()
+    return hist
+
+
+# %% [markdown]
+# ### What the student generates
+#
+# Held-out KL measures the student on ground-truth prefixes. What a student *generates*
+# is measured on its own samples from held-out prompts: the teacher's per-token NLL of
+# them (the "generation metric", lower is better), the fraction that the grammar's exact
+# acceptor accepts, and the fraction of distinct response openings (first four words:
+# a mode-seeking student repeats itself).
+
+# %%
+def words_of(row):
+    return [TOK.symbols[i] for i in row.tolist()]
+
+
+@torch.no_grad()
+def sample_quality(student, teacher, prompts, seed):
+    """Teacher NLL of student samples, grammatical fraction, distinct fraction, samples."""
+    gen = torch.Generator().manual_seed(seed)
+    x = generate(student, prompts, RESP_LEN, generator=gen)
+    t_logp = teacher(x[:, :-1]).log_softmax(-1).gather(-1, x[:, 1:, None]).squeeze(-1)
+    nll = float(masked_mean(-t_logp, response_mask(len(x))))
+    words = [words_of(row[1:]) for row in x]
+    ok = [("<bos>" not in w) and REVIEWS.accepts(w, prefix=True) for w in words]
+    distinct = len({tuple(w[PROMPT_LEN:PROMPT_LEN + 4]) for w in words}) / len(words)
+    return dict(gen_nll=nll, grammatical=float(np.mean(ok)), distinct=distinct, samples=x)
+
+# %% [markdown]
+# ## The experiment
+#
+# ### Teacher and SFT student
+#
+# The teacher is trained on ground-truth text with the library's `fit_lm` (next-token
+# cross-entropy, AdamW, cosine decay). The student is then fine-tuned on the same kind of
+# text for a few steps: this SFT initialisation is the starting point of every
+# distillation run below. The held-out set and the sampling prompts are fixed.
+
+# %%
+data_rng = random.Random(seed)
+pool = make_pool(cfg.n_pool, data_rng)
+teacher = make_model(48, 2, 4)
+teacher_losses = fit_lm(teacher, lambda s: sample_batch(pool, BATCH, data_rng),
+                        cfg.teacher_steps, lr=3e-3, desc="teacher")
+student = make_model(student_width, 1, 2)
+sft_losses = fit_lm(student, lambda s: sample_batch(pool, BATCH, data_rng), cfg.sft_steps,
+                    lr=3e-3, desc="student SFT")
+sft_state = copy.deepcopy(student.state_dict())
+
+val = make_pool(cfg.n_val, random.Random(10_000 + seed))
+with torch.no_grad():
+    val_teacher_logits = teacher(val[:, :-1])
+prompts = make_pool(cfg.n_samples, random.Random(20_000 + seed))[:, : 1 + PROMPT_LEN]
+teacher_q = sample_quality(teacher, teacher, prompts, seed)
+sft_kl = heldout_kl(student, val, val_teacher_logits)
+print(f"teacher: {teacher.n_params()} parameters, held-out NLL {heldout_nll(teacher, val):.3f}, "
+      f"{teacher_q['grammatical']:.0%} of its samples grammatical")
+print(f"student: {student.n_params()} parameters, after SFT held-out NLL "
+      f"{heldout_nll(student, val):.3f}, KL(p||q) {sft_kl:.3f}")
+run.metric("teacher_nll", heldout_nll(teacher, val))
+run.metric("sft_kl", sft_kl)
+
+# %% [markdown]
+# ### The bounded gradient (Eq. 5)
+#
+# First on real distributions: the teacher's and the SFT student's next-token
+# distributions at every held-out response position, in float64. Autograd's gradient
+# of Eq. 3 with respect to $q$ must match Eq. 5 and stay within $(1-\alpha)/\alpha$;
+# forward KL's gradient $-p_v/q_v$ on the same positions is shown next to it. Then a
+# crafted case: a teacher with two equally likely tokens, a student that gives one of
+# them probability $10^{-6}$.
+
+# %%
+with torch.no_grad():
+    resp = response_mask(len(val)).bool()
+    p_real = val_teacher_logits.double().softmax(-1)[resp]  # (positions, V)
+    q_real = student(val[:, :-1]).double().softmax(-1)[resp]
+g_skl = prob_gradient(skl_probs, p_real, q_real, alpha)
+g_fkl = prob_gradient(fkl_probs, p_real, q_real, 0.0)
+formula_err = float((g_skl - skl_grad_formula(p_real, q_real, alpha)).abs().max())
+skl_bound_ratio = float(g_skl.abs().max()) / ((1 - alpha) / alpha)
+print(f"{len(p_real)} positions: max |dSKL/dq| = {float(g_skl.abs().max()):.3f}, bound "
+      f"(1-alpha)/alpha = {(1 - alpha) / alpha:.3f}; Eq. 5 vs autograd: max error {formula_err:.1e}")
+print(f"same positions: max |dFKL/dq| = {float(g_fkl.abs().max()):.3g}")
+
+p_toy = torch.tensor([[0.5, 0.5, 0.0, 0.0]], dtype=torch.float64)
+q_toy = torch.tensor([[1e-6, 0.5, 0.25, 0.25 - 1e-6]], dtype=torch.float64)
+fkl_toy = float(prob_gradient(fkl_probs, p_toy, q_toy, 0.0).abs().max())
+skl_toy = float(prob_gradient(skl_probs, p_toy, q_toy, alpha).abs().max())
+print(f"crafted case (q = 1e-6 on a teacher mode): |dFKL/dq| = {fkl_toy:.3g}, "
+      f"|dSKL/dq| = {skl_toy:.3g}")
+run.metric("fkl_grad_max_real", float(g_fkl.abs().max()))
+
+qs = np.logspace(-6, 0, 200)
+fig, ax = plt.subplots(figsize=(5, 3))
+ax.loglog(qs, 0.5 / qs, color="C0", label="forward KL: $p/q$")
+for a in (0.05, 0.1, 0.3):
+    ax.loglog(qs, (1 - a) * 0.5 / (a * 0.5 + (1 - a) * qs), label=f"SKL, $\\alpha$={a:g}")
+ax.set(xlabel="student probability $q_v$ of a teacher token with $p_v = 0.5$",
+       ylabel=r"$|\partial D / \partial q_v|$")
+ax.legend()
+plt.show()
+
+# %% [markdown]
+# ### Part A: the four losses on ground-truth data
+#
+# Every loss starts from the same SFT student and sees the same batches (offline
+# regime). We follow the exact held-out KL $\mathrm{KL}(p\,\|\,q)$ on ground-truth text,
+# at the chapter's step size `distill_lr` and again at a step size about three times
+# larger, where the tiny student gets much closer to the teacher in the same 150 steps.
+
+# %%
+def compare_losses(lr, desc):
+    """Offline distillation with each loss from the SFT student; histories and students."""
+    hists, students = {}, {}
+    for kind in icmlbook.progress(LOSSES, desc=desc):
+        s = make_model(student_width, 1, 2)
+        s.load_state_dict(sft_state)
+        hists[kind] = distill(s, teacher, kind=kind, alpha=alpha, steps=cfg.steps,
+                              regime="offline", pool=pool, val=val, val_teacher_logits=val_teacher_logits,
+                              seed=seed + 1, lr=lr, eval_every=cfg.eval_every)
+        students[kind] = s
+    return hists, students
+
+
+loss_hists, loss_students = compare_losses(distill_lr, f"losses, lr {distill_lr:g}")
+fast_hists, fast_students = compare_losses(cfg.fast_lr, f"losses, lr {cfg.fast_lr:g}")
+
+fig, axes = plt.subplots(1, 2, figsize=(8, 3), sharey=True)
+for ax, hists, lr in ((axes[0], loss_hists, distill_lr), (axes[1], fast_hists, cfg.fast_lr)):
+    for i, kind in enumerate(LOSSES):
+        ax.plot(hists[kind]["step"], hists[kind]["kl"], marker=".", color=f"C{i}",
+                label=kind if kind in ("FKL", "RKL") else f"{kind} ($\\alpha$={alpha:g})")
+    ax.set(title=f"lr {lr:g}", xlabel="distillation step", yscale="log")
+axes[0].set_ylabel("held-out KL(p || q)")
+axes[0].legend()
+plt.show()
+
+final_kl = {k: h["kl"][-1] for k, h in loss_hists.items()}
+fast_kl = {k: h["kl"][-1] for k, h in fast_hists.items()}
+print(f"{'loss':<6} {'KL, lr ' + format(distill_lr, 'g'):>13} {'KL, lr ' + format(cfg.fast_lr, 'g'):>13}")
+for kind in LOSSES:
+    print(f"{kind:<6} {final_kl[kind]:>13.4f} {fast_kl[kind]:>13.4f}")
+run.metric("final_kl", final_kl)
+run.metric("final_kl_fast_lr", fast_kl)
+
+# %% [markdown]
+# At the chapter's step size SKL ends clearly below reverse KL and close to forward KL
+# (within about 20% either way, depending on the seed); SRKL ends below reverse KL in
+# most seeds but not all. With the larger step size every loss gets much further, and
+# forward KL wins clearly: the skew caps the push on under-covered tokens (Eq. 6), which
+# is a brake, not an accelerator, when nothing is unstable. Our tiny student, a 38-word
+# vocabulary, exact fp32 teacher probabilities and gradient clipping leave nothing for
+# the bound to fix: forward KL's gradient with respect to the *logits* is $q - p$, bounded
+# anyway. (In a prototype at step sizes $3\cdot10^{-2}$ and $10^{-1}$, forward KL still
+# ended best, at KL 0.01–0.05, while the skewed losses ended 10–100 times higher, once
+# above where they started.) The paper's "SKL converges faster than KL" does **not**
+# reproduce here, and we do not claim it.
+#
+# ### Part A, continued: where the bound bites
+#
+# The bound matters where the teacher's target moves the student hard on tokens the
+# student rates unlikely, which is what a teacher's confident *mistakes* do. We repeat
+# the larger-step-size runs with the noisy teacher of Eq. 9 ($\eta$ = `teacher_noise`)
+# and measure the student against the *clean* teacher: held-out KL and the clean
+# teacher's NLL of the student's samples.
+
+# %%
+noisy_hists, noisy_quality = {}, {}
+for kind in icmlbook.progress(LOSSES, desc="noisy teacher"):
+    s = make_model(student_width, 1, 2)
+    s.load_state_dict(sft_state)
+    noisy_hists[kind] = distill(s, NoisyTeacher(teacher, teacher_noise, seed + 6), kind=kind,
+                                alpha=alpha, steps=cfg.steps, regime="offline", pool=pool,
+                                val=val, val_teacher_logits=val_teacher_logits, seed=seed + 1,
+                                lr=cfg.fast_lr, eval_every=cfg.eval_every)
+    noisy_quality[kind] = sample_quality(s, teacher, prompts, seed + 3)
+noisy_kl = {k: h["kl"][-1] for k, h in noisy_hists.items()}
+
+fig, ax = plt.subplots(figsize=(5, 3))
+for i, kind in enumerate(LOSSES):
+    ax.plot(noisy_hists[kind]["step"], noisy_hists[kind]["kl"], marker=".", color=f"C{i}",
+            label=kind)
+    ax.plot(fast_hists[kind]["step"], fast_hists[kind]["kl"], ls=":", color=f"C{i}")
+ax.set(xlabel="distillation step", ylabel="held-out KL to the clean teacher", yscale="log",
+       title=f"noisy teacher (solid), clean teacher (dotted), lr {cfg.fast_lr:g}")
+ax.legend()
+plt.show()
+print(f"{'loss':<6} {'KL, clean teacher':>17} {'KL, noisy teacher':>17} {'sample NLL, noisy':>17}")
+for kind in LOSSES:
+    print(f"{kind:<6} {fast_kl[kind]:>17.4f} {noisy_kl[kind]:>17.4f} "
+          f"{noisy_quality[kind]['gen_nll']:>17.3f}")
+run.metric("final_kl_noisy_teacher", noisy_kl)
+run.metric("gen_nll_noisy_teacher", {k: q["gen_nll"] for k, q in noisy_quality.items()})
+
+# %% [markdown]
+# Now the order flips. Forward KL must cover every spurious peak of every batch, and its
+# student ends far from the clean teacher, writing the worst samples; SKL caps the push
+# on tokens the student rates unlikely (Eq. 5–6), so each batch's random peaks barely
+# move it, and it ends at about half of forward KL's held-out KL. The mode-seeking losses
+# (RKL, SRKL) are robust too, for a simpler reason: they weigh the log-ratio by the
+# student's mass, so teacher peaks where the student has none hardly pull at all. The bound is a robustness property:
+# it pays off when the target is noisy (the paper's setting has a 1.5B teacher on long
+# generated sequences, mixed precision and a 50k vocabulary) and costs speed when the
+# target is clean. Uniform noise ($\xi = 0$) would not show this: it only smooths the
+# target, and every loss covers it alike.
+
+# %% [markdown]
+# ### Part B: three data regimes with SKL
+#
+# SKL at the chapter's step size, from the same SFT student, in the three regimes. The
+# offline run is Part A's. We count student-generation calls, time the training loops
+# (sampling separately) and measure the generation metric on 512 samples from held-out
+# prompts. With $\varepsilon$ small the adaptive $\varphi$ would rise on any uptick of
+# the validation loss; on this toy the validation loss keeps falling, so $\varphi$ stays
+# at $\varphi_0$ (with the GPT-2 recipe's $\varphi_0 = 0$ the adaptive run would be the
+# offline one).
+
+# %%
+regime_hists = {"offline": loss_hists["SKL"]}
+regime_students = {"offline": loss_students["SKL"]}
+for regime in icmlbook.progress(("on-policy", "adaptive"), desc="regimes"):
+    s = make_model(student_width, 1, 2)
+    s.load_state_dict(sft_state)
+    regime_hists[regime] = distill(s, teacher, kind="SKL", alpha=alpha, steps=cfg.steps,
+                                   regime=regime, pool=pool, val=val, val_teacher_logits=val_teacher_logits,
+                                   seed=seed + 1, lr=distill_lr, phi0=phi0, eps=loss_eps,
+                                   capacity=replay_capacity, eval_every=cfg.eval_every)
+    regime_students[regime] = s
+regime_quality = {r: sample_quality(s, teacher, prompts, seed + 2)
+                  for r, s in regime_students.items()}
+
+print(f"{'regime':<10} {'held-out KL':>11} {'gen NLL':>8} {'grammatical':>11} "
+      f"{'gen calls':>9} {'train s':>8} {'of it sampling':>14}")
+for r in REGIMES:
+    h, qd = regime_hists[r], regime_quality[r]
+    print(f"{r:<10} {h['kl'][-1]:>11.4f} {qd['gen_nll']:>8.3f} {qd['grammatical']:>11.0%} "
+          f"{h['gen_calls']:>9d} {h['seconds']:>8.2f} {h['gen_seconds']:>14.2f}")
+src = regime_hists["adaptive"]["sources"]
+print("adaptive steps by source:", {k: src.count(k) for k in ("generate", "replay", "data")},
+      " phi over the evaluations:", regime_hists["adaptive"]["phi"])
+
+gen_ratio = regime_quality["adaptive"]["gen_nll"] / regime_quality["on-policy"]["gen_nll"]
+calls_ratio = regime_hists["adaptive"]["gen_calls"] / max(regime_hists["on-policy"]["gen_calls"], 1)
+speedup = regime_hists["on-policy"]["seconds"] / regime_hists["adaptive"]["seconds"]
+run.metric("regime_gen_nll", {r: q["gen_nll"] for r, q in regime_quality.items()})
+run.metric("regime_kl", {r: h["kl"][-1] for r, h in regime_hists.items()})
+run.metric("regime_seconds", {r: h["seconds"] for r, h in regime_hists.items()})
+
+fig, axes = plt.subplots(1, 2, figsize=(8, 3))
+for i, r in enumerate(REGIMES):
+    axes[0].plot(regime_hists[r]["step"], regime_hists[r]["kl"], marker=".", color=f"C{i}", label=r)
+axes[0].set(xlabel="distillation step", ylabel="held-out KL(p || q)", yscale="log")
+axes[0].legend()
+train_s = [regime_hists[r]["seconds"] - regime_hists[r]["gen_seconds"] for r in REGIMES]
+gen_s = [regime_hists[r]["gen_seconds"] for r in REGIMES]
+axes[1].barh(REGIMES, train_s, color="C0", label="forward/backward")
+axes[1].barh(REGIMES, gen_s, left=train_s, color="C3", label="sampling")
+for i, r in enumerate(REGIMES):
+    axes[1].text(train_s[i] + gen_s[i], i, f" {regime_hists[r]['gen_calls']} calls", va="center")
+axes[1].set(xlabel="training seconds", xlim=(0, 1.35 * max(t + g for t, g in zip(train_s, gen_s))))
+axes[1].legend(loc="lower right")
+plt.show()
+
+# %% [markdown]
+# Sampling dominates the on-policy run: every step generates sixteen tokens one forward
+# pass at a time (no KV cache). The adaptive run samples for about a quarter of the steps (the
+# generation probability decays linearly from $\varphi_0$ over training) and reuses
+# those samples from the buffer in between; its generation metric stays close to the
+# on-policy one. Neither regime beats offline training on held-out ground truth here: the
+# student's own samples help the metric measured on its samples, not the one measured
+# on the teacher's text. Keep the scale in mind: a student of 1.8k parameters after 150
+# steps rarely writes a fully grammatical sixteen-word continuation (the grammatical
+# column), so this compares three weak students; the teacher's own samples score a
+# teacher NLL of about 1.1.
+
+# %% [markdown]
+# ### Mode covering vs. mode seeking
+#
+# Samples of the students distilled at the larger step size with forward and reverse KL,
+# from the same prompts. Forward KL covers every continuation the teacher allows and
+# some it does not ("blurry" mixtures of templates); reverse KL commits to safe,
+# frequent continuations. On this toy the difference is modest: reverse KL's samples
+# were more often grammatical in four of five seeds (about 60–70% against 50–60%), and
+# their openings slightly less varied. The mark says whether the grammar accepts the
+# sample. Both students sample with the same random numbers, so where they agree they
+# write the same words; differences come from the students alone.
+
+# %%
+mode_quality = {k: sample_quality(fast_students[k], teacher, prompts, seed + 3)
+                for k in LOSSES}
+for kind in ("FKL", "RKL"):
+    qd = mode_quality[kind]
+    print(f"{kind}: teacher NLL of samples {qd['gen_nll']:.4f}, grammatical "
+          f"{qd['grammatical']:.0%}, distinct openings {qd['distinct']:.0%}")
+    for row in qd["samples"][:4]:
+        w = words_of(row[1:])
+        mark = "ok " if "<bos>" not in w and REVIEWS.accepts(w, prefix=True) else "BAD"
+        print(f"   {mark} {TOK.decode(row[1:1 + PROMPT_LEN])} | {TOK.decode(row[1 + PROMPT_LEN:])}")
+run.metric("mode_gen_nll", {k: q["gen_nll"] for k, q in mode_quality.items()})
+run.metric("mode_grammatical", {k: q["grammatical"] for k, q in mode_quality.items()})
+run.metric("mode_distinct", {k: q["distinct"] for k, q in mode_quality.items()})
+
+# %% [markdown]
+# ## Claim checks
+#
+# Thresholds fixed before the runs (calibrated on a prototype, see the brief, and on
+# this implementation), for the default tier; the smoke tier records them only.
+#
+# 1. **Bounded gradient:** over every held-out response position, $\max_v
+#    |\partial D_{\mathrm{SKL}}/\partial q_v|$ is within $(1-\alpha)/\alpha$ (ratio
+#    $\le 1$, up to rounding).
+# 2. **Unbounded forward KL:** on the crafted case ($q_v = 10^{-6}$ on a teacher mode of
+#    probability 0.5) the forward-KL gradient exceeds $10^5$.
+# 3. **SKL beats RKL:** held-out KL after distillation with SKL is at most 0.95 times
+#    that with RKL (chapter's step size).
+# 4. **SKL is robust to a noisy teacher:** with the noisy teacher of Eq. 9, held-out KL
+#    to the clean teacher after SKL is at most 0.7 times that after forward KL.
+# 5. **Adaptive keeps on-policy quality:** its generation metric is within 5% of the
+#    on-policy student's.
+# 6. **... with a fraction of the generations:** at most half of on-policy's
+#    generation calls,
+# 7. **... and a measured speedup:** on-policy training time / adaptive training time
+#    (CPU seconds) at least 1.5.
+#
+# Two comparisons are *not* claims, because they do not hold for every seed: SRKL vs
+# RKL (SRKL lower in four of five seeds, ratio 0.86–1.01) and SKL vs FKL (ratio
+# 0.95–1.22 at the chapter's step size, 4–10 times worse at the larger one, with a
+# clean teacher). Both are recorded in the run's metrics.
+
+# %%
+run.claim("SKL grad / (1-alpha)/alpha", skl_bound_ratio, "<=", 1.000001,
+          "the skew KL gradient w.r.t. student probabilities is bounded by (1-alpha)/alpha",
+          digits=7)
+run.claim("FKL grad at q=1e-6", fkl_toy, ">=", 1e5,
+          "the forward KL gradient w.r.t. student probabilities is unbounded as q -> 0")
+run.claim("KL(SKL) / KL(RKL)", final_kl["SKL"] / final_kl["RKL"], "<=", 0.95,
+          "skew KL distils to a lower held-out KL than reverse KL")
+run.claim("noisy teacher: KL(SKL) / KL(FKL)", noisy_kl["SKL"] / noisy_kl["FKL"], "<=", 0.7,
+          "skew KL is robust where forward KL's unbounded gradient bites: a noisy teacher")
+run.claim("adaptive / on-policy gen NLL", gen_ratio, "<=", 1.05,
+          "adaptive off-policy SGO keeps the generation quality of on-policy SGO")
+run.claim("adaptive / on-policy gen calls", calls_ratio, "<=", 0.5,
+          "adaptive off-policy SGO needs at most half of the student generations")
+run.claim("on-policy / adaptive seconds", speedup, ">=", 1.5,
+          "adaptive off-policy SGO trains at least 1.5x faster than on-policy SGO")
+run.metric("srkl_over_rkl", final_kl["SRKL"] / final_kl["RKL"])
+run.metric("skl_over_fkl", final_kl["SKL"] / final_kl["FKL"])
+run.metric("skl_over_fkl_fast_lr", fast_kl["SKL"] / fast_kl["FKL"])
+
+# %%
+# NBVAL_CHECK_OUTPUT
+run.verdict()
+
+# %% [markdown]
+# ## What a broken skew does
+#
+# The easiest mistake with Eq. 3 is the "log-space shortcut": mixing log-probabilities,
+# $\alpha \log p + (1-\alpha)\log q$, instead of probabilities. That is the log of a
+# *geometric* mixture; its gradient is $-(1-\alpha)\,p_v/q_v$, forward KL's scaled by
+# $1-\alpha$, and unbounded. The tests check that it fails claim 1, and that a skew with
+# the mixture weights swapped ($(1-\alpha) p + \alpha q$ in Eq. 3) fails claim 3, and
+# an SKL whose $\alpha$ is dropped (so it is forward KL) fails claim 4.
+
+# %%
+def skl_geometric_probs(p, q, alpha):
+    """A deliberately broken SKL: the mixture formed in log space (a geometric mixture)."""
+    log_m = alpha * torch.log(p.clamp_min(1e-300)) + (1 - alpha) * torch.log(q)
+    return (torch.special.xlogy(p, p) - p * log_m).sum(-1)
+
+
+g_geo = prob_gradient(skl_geometric_probs, p_real, q_real, alpha)
+print(f"log-space mixture: max |dL/dq| / ((1-alpha)/alpha) = "
+      f"{float(g_geo.abs().max()) / ((1 - alpha) / alpha):.3g} (claim 1 needs <= 1)")
+
+# %% [markdown]
+# ## Explore
+#
+# Distil the SFT student for a short run (at the larger step size, so that the losses
+# separate quickly) with any loss, skew $\alpha$, data regime and teacher (clean, or the
+# noisy one of Eq. 9). Left: held-out KL to the clean teacher, with forward KL offline
+# in grey for reference. Middle: training seconds, split into
+# sampling and forward/backward, and the generation-call counter. Right: samples from
+# four held-out prompts and the grammatical / distinct fractions of 64 samples: watch
+# reverse KL's samples turn safe and repetitive, forward KL's turn blurry. A setting is
+# computed once (about a second) and cached. At $\alpha = 0$ SKL and SRKL are KL and RKL;
+# at $\alpha = 1$ they are identically zero and the student does not move.
+
+# %%
+import ipywidgets as W
+
+widget_prompts = prompts[:64]
+widget_cache = {}
+
+
+def widget_run(alpha_w, kind, regime, target="clean"):
+    """A short cached distillation run from the SFT student (for the widget)."""
+    key = (round(alpha_w, 3), kind, regime, target)
+    if key not in widget_cache:
+        s = make_model(student_width, 1, 2)
+        s.load_state_dict(sft_state)
+        t = teacher if target == "clean" else NoisyTeacher(teacher, teacher_noise, seed + 6)
+        h = distill(s, t, kind=kind, alpha=alpha_w, steps=cfg.widget_steps, regime=regime,
+                    pool=pool, val=val, val_teacher_logits=val_teacher_logits, seed=seed + 4,
+                    lr=cfg.fast_lr, phi0=phi0, eps=loss_eps, capacity=replay_capacity,
+                    eval_every=max(1, cfg.widget_steps // 5))
+        widget_cache[key] = (h, sample_quality(s, teacher, widget_prompts, seed + 5))
+    return widget_cache[key]
+
+
+def update(alpha_w, kind, regime, target):
+    ref, _ = widget_run(0.0, "FKL", "offline", target)
+    h, qd = widget_run(alpha_w, kind, regime, target)
+    fig, axes = plt.subplots(1, 3, figsize=(10, 3), gridspec_kw=dict(width_ratios=[1, 1, 1.6]))
+    axes[0].plot(ref["step"], ref["kl"], color="0.6", label=f"FKL, offline, {target}")
+    axes[0].plot(h["step"], h["kl"], marker=".", color="C3", label=f"{kind}, {regime}")
+    axes[0].set(xlabel="step", ylabel="held-out KL(p || q)", yscale="log")
+    axes[0].legend()
+    train_s = h["seconds"] - h["gen_seconds"]
+    axes[1].bar(["fwd/bwd", "sampling"], [train_s, h["gen_seconds"]], color=["C0", "C3"])
+    axes[1].set(ylabel="seconds", title=f"{h['gen_calls']} generation calls")
+    axes[2].axis("off")
+    lines = [f"grammatical {qd['grammatical']:.0%}, distinct {qd['distinct']:.0%}, "
+             f"teacher NLL {qd['gen_nll']:.2f}", ""]
+    for row in qd["samples"][:4]:
+        lines.append(TOK.decode(row[1:1 + PROMPT_LEN]) + " | "
+                     + TOK.decode(row[1 + PROMPT_LEN:1 + PROMPT_LEN + 9]) + " ...")
+    axes[2].text(0, 1, "\n".join(lines), va="top", family="monospace", fontsize=7, wrap=True)
+    plt.show()
+
+
+widget_run(0.0, "FKL", "offline", "clean")  # precompute the reference curve
+controls = dict(
+    alpha_w=W.FloatSlider(value=alpha, min=0.0, max=1.0, step=0.05, description="alpha"),
+    kind=W.Dropdown(options=list(LOSSES), value="SKL", description="loss"),
+    regime=W.Dropdown(options=list(REGIMES), value="offline", description="regime"),
+    target=W.Dropdown(options=["clean", "noisy"], value="clean", description="teacher"),
+)
+icmlbook.explore(update, controls, run=run)
+
+# %% [markdown]
+# ## Paper vs. this book
+#
+# | | paper | this book |
+# |---|---|---|
+# | teacher → student | GPT-2 XL (1.5B) → GPT-2 (0.1B); OPT 2.7B → 0.1B; OpenLLaMA 7B → 3B | 2-layer width-48 transformer (62k) → 1-layer width-8 (2k) |
+# | data | Dolly-15k instructions, five evaluation sets, ROUGE-L | the book's toy review language, exact KL and teacher NLL of samples |
+# | losses | SKL/SRKL ($\alpha = 0.1$) vs KL, RKL, JSD, TVD | SKL/SRKL vs KL, RKL, from scratch (Eqs. 1–4) |
+# | bounded gradient | proved | shown numerically on real distributions (claims 1–2) |
+# | SKL/SRKL vs RKL | better and faster | SKL better (claim 3); SRKL better in 4 of 5 seeds only, not claimed |
+# | SKL vs KL | faster convergence, more stable | faster: **not reproduced** with a clean teacher (within about 20% either way at a small step size, several times worse at a larger one); more robust: yes, half of forward KL's held-out KL with a noisy teacher (claim 4) |
+# | adaptive off-policy SGO | on-policy quality, up to 4.3x faster | within 5% of on-policy's generation metric, at most half the generations, at least 1.5x less CPU time (claims 5–7) |
+#
+# Honest notes. The noisy teacher of Eq. 9 is our construction, to find where the bound
+# matters at this scale; the paper does not use it. Claims 3 and 5–7 are calibrated at
+# the chapter's conservative step size (150 AdamW steps at $3\cdot10^{-3}$, in the spirit
+# of the recipe's small learning rate); with a clean teacher and a larger step size
+# forward KL beats both skewed losses by a wide margin, which
+# Eq. 6 explains: the skew slows the student on the tokens it under-covers. The
+# advantages the paper attributes to the bound (noisy gradients of a 50k vocabulary,
+# mixed precision, long sequences) have nothing to act on with our clean, exact fp32
+# teacher; a noisy teacher gives them something, and then SKL wins (claim 4). The adaptive schedule's
+# $\varphi$ never rises on this toy (the validation loss keeps falling), so the adaptive
+# run is driven by $\varphi_0 = 0.5$ and the linear decay of Eq. 7; with the GPT-2
+# recipe's $\varphi_0 = 0$ it would be the offline run. Student-generated data did not
+# beat offline training on held-out ground truth at this scale.
+
+# %% [markdown]
+# ## Exercises
+#
+# 1. **Cold start.** Distil from a randomly initialised student instead of the SFT
+#    one. Show that SKL is now much slower than forward KL, and explain it with Eq. 6:
+#    what is the push on a token with $q_k \approx 1/V$ and $p_k = 0.9$?
+# 2. **How much noise?** Sweep the noisy teacher's $\eta$ from 0 to 0.5 and the skew
+#    $\alpha$ from 0.01 to 0.5, and find where SKL starts to beat forward KL. Does the
+#    crossover move with $\alpha$ the way Eq. 6 suggests? What happens with uniform noise?
+# 3. **Make $\varphi$ move.** Evaluate the validation loss on the student's *own*
+#    samples (scored by the teacher) instead of on ground truth, so that exposure bias
+#    shows up in it, and check whether Eq. 8 now raises $\varphi$ during training.
+#
+# ## References
+#
+# - J. Ko, S. Kim, T. Chen, S.-Y. Yun. DistiLLM: Towards Streamlined Distillation for
+#   Large Language Models. ICML 2024. arXiv:2402.03898.
+# - L. Lee. Measures of Distributional Similarity (the skew divergence). ACL 1999.
+# - R. Agarwal et al. On-Policy Distillation of Language Models: Learning from
+#   Self-Generated Mistakes (GKD). ICLR 2024.
+# - Y. Gu, L. Dong, F. Wei, M. Huang. MiniLLM: Knowledge Distillation of Large Language
+#   Models. ICLR 2024.
+# - G. Hinton, O. Vinyals, J. Dean. Distilling the Knowledge in a Neural Network. 2015.
+
+# %% tags=["remove-cell"]
+run.finish();
