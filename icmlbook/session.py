@@ -83,7 +83,7 @@ class Session:
         passed = bool(math.isfinite(value) and _OPS[op](value, threshold))
         self.claims.append(Claim(name, statement, value, op, float(threshold), passed))
         print(f"{'PASS' if passed else 'FAIL'}  {name}: measured {value:.{digits}g} "
-              f"(needs {op} {threshold:g})")
+              f"(needs {op} {threshold:.10g})")
         return passed
 
     def metric(self, name: str, value: Any) -> Any:
@@ -104,7 +104,7 @@ class Session:
         width = max(len(c.name) for c in self.claims)
         print(f"{'claim':<{width}}  {'needs':<12}  verdict")
         for c in self.claims:
-            print(f"{c.name:<{width}}  {c.op + ' ' + format(c.threshold, 'g'):<12}  "
+            print(f"{c.name:<{width}}  {c.op + ' ' + format(c.threshold, '.10g'):<12}  "
                   f"{'PASS' if c.passed else 'FAIL'}")
         n_ok = sum(c.passed for c in self.claims)
         mode = "enforced" if self.enforced else "recorded, not enforced"
@@ -112,7 +112,7 @@ class Session:
         failed = [c for c in self.claims if not c.passed]
         if failed and self.enforced:
             self._emit_record()
-            detail = "; ".join(f"{c.name} (measured {c.value:.4g}, needs {c.op} {c.threshold:g})"
+            detail = "; ".join(f"{c.name} (measured {c.value:.4g}, needs {c.op} {c.threshold:.10g})"
                                for c in failed)
             raise ClaimFailed(f"{len(failed)} claim(s) failed at tier {self.tier}, "
                               f"seed {self.seed}: {detail}")
