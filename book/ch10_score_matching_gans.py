@@ -84,11 +84,11 @@ run = icmlbook.start("10_score_matching_gans", tier=tier, seed=seed,
 icmlbook.use_style()
 cfg = run.pick(
     smoke=dict(replicas=1, warmup_steps=60, reg_steps=60, diff_steps=60, n_eval=1000,
-               widget_warmup=20, widget_steps=5),
+               widget_warmup=20, widget_steps=5, ring_steps=30),
     default=dict(replicas=5, warmup_steps=600, reg_steps=800, diff_steps=1500, n_eval=4000,
-                 widget_warmup=600, widget_steps=60),
+                 widget_warmup=600, widget_steps=60, ring_steps=1500),
     full=dict(replicas=8, warmup_steps=2000, reg_steps=3000, diff_steps=6000, n_eval=10000,
-              widget_warmup=1000, widget_steps=150),
+              widget_warmup=1000, widget_steps=150, ring_steps=3000),
 )
 N_MEANS = 320  # Gaussian components along the spiral (spacing about 1.3 x their std)
 DATA_STD = 0.03  # std s of each component: the thickness of the manifold
@@ -572,13 +572,20 @@ run.verdict()
 # i.e. the force of Eq. 4 on a generated sample there (exact score, noise averaged over 4
 # draws), normalized. Two data presets: the spiral of this chapter, and 8 isolated Gaussians
 # on a ring. On the ring the arrows show the score's mode-seeking nature: every point is
-# pulled into its nearest mode, including the "bridges" a continuous generator draws between
-# modes. Be warned that a fine-tuning of `widget_steps` steps shows only the start of the
-# dynamics: the mode dropping that a too-strong regularizer causes over a full training run
-# (the brief's prototype kept 1 of 8 ring modes at $\lambda$ = 0.1 every step over 3000 steps;
-# our tests see the spiral drop about 6 of 16 segments at $\lambda$ = 3 over 800 steps) does
-# not appear within a widget move; we checked that it does not at $\lambda$ up to 10. A
-# too-high noise band (try steps 200-300) blurs the manifold, and the arrows then point
+# pulled into its nearest mode, including the "bridges" a continuous generator draws
+# between modes.
+#
+# A fine-tuning of `widget_steps` steps shows only the start of the dynamics, and a
+# generator that already covers the modes keeps them at every $\lambda$ we tried (up to 10).
+# What a too-strong regularizer does shows up when it acts **from the start**: before the
+# widget, we train six ring GANs from scratch for `ring_steps` steps, one per $\lambda$ in
+# `RING_LAMS`, with the exact score in the chapter's noise band; with the ring preset, the
+# right panel shows the one nearest your $\lambda$. A young generator's samples sit near the
+# origin; the score term pulls them into whichever mode is nearest and keeps them there,
+# and the discriminator cannot spread them out again: the generator collapses onto one or
+# two modes (the brief's prototype kept 1 of 8). This is why the experiment above warms
+# the GANs up before it regularizes them. A too-high noise band (try steps 200-300) blurs
+# the manifold, and the arrows then point
 # toward the middle of the data rather than onto the curve.
 
 # %%
@@ -594,6 +601,20 @@ Gr, Dr = EnsembleMLP(1, [2, HIDDEN, HIDDEN, HIDDEN, 2]), EnsembleMLP(1, [2, HIDD
 train_gan(Gr, Dr, lambda n: sample_gmm(RING_MEANS, RING_STD, n, widget_gen), cfg.widget_warmup,
           generator=widget_gen)
 warm["8 modes"] = (Gr, Dr)
+RING_LAMS = (0.0, 0.03, 0.1, 0.3, 1.0, 3.0)  # the from-scratch ring GANs' regularizer weights
+ring_fn = exact_eps_fn(RING_MEANS, RING_STD, SCHED)
+G_scratch = EnsembleMLP(len(RING_LAMS), [2, HIDDEN, HIDDEN, HIDDEN, 2])
+D_scratch = EnsembleMLP(len(RING_LAMS), [2, HIDDEN, HIDDEN, HIDDEN, 1])
+train_gan(G_scratch, D_scratch, lambda n: sample_gmm(RING_MEANS, RING_STD, n, widget_gen),
+          cfg.ring_steps, lam=list(RING_LAMS), eps_fns=[ring_fn] * len(RING_LAMS), sched=SCHED,
+          t_band=(t_lo, t_hi), generator=widget_gen,
+          progress=lambda it: icmlbook.progress(it, desc="ring GANs from scratch"))
+with torch.no_grad():
+    ring_scratch = G_scratch(torch.randn(len(RING_LAMS), 1500, 2, generator=widget_gen))
+ring_modes = [int(coverage(pts, RING_MEANS, len(RING_MEANS))) for pts in ring_scratch]
+print(f"ring GANs trained from scratch for {cfg.ring_steps} steps, modes kept (of 8):")
+print("  " + ", ".join(f"lambda {lam:g}: {k}" for lam, k in zip(RING_LAMS, ring_modes)))
+run.metric("ring_from_scratch_modes", dict(zip(map(str, RING_LAMS), ring_modes)))
 grid = torch.stack(torch.meshgrid(torch.linspace(-2.3, 2.3, 13), torch.linspace(-2.3, 2.3, 13),
                                   indexing="xy"), dim=-1).reshape(-1, 2)
 
@@ -617,7 +638,9 @@ def update(data, lam_w, lazy_w, band):
     pts = pts[torch.isfinite(pts).all(dim=1)].clamp(-3, 3)
     force = score_force(grid, mu, s, lo, hi)
     force = force / force.norm(dim=1, keepdim=True).clamp_min(1e-12)
-    fig, ax = plt.subplots(figsize=(4.6, 4.2))
+    ring = data == "8 modes"
+    fig, axes = plt.subplots(1, 2 if ring else 1, figsize=(8.6 if ring else 4.6, 4.2), squeeze=False)
+    ax = axes[0, 0]
     ax.scatter(*sample_gmm(mu, s, 1500, widget_gen).T, s=1, color="0.75", label="data")
     ax.scatter(*pts.T, s=1, color="C0", label="generated")
     ax.quiver(*grid.T, *force.T, color="C3", alpha=0.6, scale=30, width=0.004)
@@ -629,6 +652,16 @@ def update(data, lam_w, lazy_w, band):
            xlim=(-2.6, 2.6), ylim=(-2.6, 2.6), aspect="equal")
     ax.title.set_fontsize(8)
     ax.legend(loc="lower left", markerscale=4, fontsize=7)
+    if ring:  # the from-scratch GAN with the nearest precomputed lambda (on a log scale)
+        i = int(np.argmin([abs(math.log10(max(lam_w, 1e-3)) - math.log10(max(lam, 1e-3)))
+                           for lam in RING_LAMS]))
+        ax2 = axes[0, 1]
+        ax2.scatter(*sample_gmm(mu, s, 1500, widget_gen).T, s=1, color="0.75")
+        ax2.scatter(*ring_scratch[i].clamp(-3, 3).T, s=1, color="C1")
+        ax2.set(title=f"from scratch, lambda {RING_LAMS[i]:g}, {cfg.ring_steps} steps:\n"
+                      f"{ring_modes[i]} of 8 modes kept", xlim=(-2.6, 2.6), ylim=(-2.6, 2.6),
+                aspect="equal")
+        ax2.title.set_fontsize(8)
     plt.show()
 
 

@@ -134,3 +134,21 @@ def test_too_strong_regularizer_fails_the_no_mode_dropping_claim(arms):
 
 def test_untrained_score_model_fails_the_learned_score_claim(arms):
     assert arms["untrained score model"]["off"] / arms["GAN"]["off"] > 0.75
+
+
+def test_regularizer_from_scratch_collapses_a_ring_gan():
+    """The widget's ring preset: trained from scratch, lambda = 0.3 keeps one or two of 8
+    isolated modes, the plain GAN all 8 (the brief's mode-dropping pitfall)."""
+    torch.manual_seed(0)
+    g = torch.Generator().manual_seed(1)
+    ring = 2.0 * torch.stack([torch.cos(torch.arange(8) * torch.pi / 4),
+                              torch.sin(torch.arange(8) * torch.pi / 4)], dim=1)
+    G = ch.EnsembleMLP(2, [2, ch.HIDDEN, ch.HIDDEN, ch.HIDDEN, 2])
+    D = ch.EnsembleMLP(2, [2, ch.HIDDEN, ch.HIDDEN, ch.HIDDEN, 1])
+    fn = ch.exact_eps_fn(ring, 0.05, SCHED)
+    ch.train_gan(G, D, lambda n: ch.sample_gmm(ring, 0.05, n, g), 1500, lam=[0.0, 0.3],
+                 eps_fns=[fn, fn], sched=SCHED, t_band=(25, 60), generator=g)
+    with torch.no_grad():
+        pts = G(torch.randn(2, 1500, 2, generator=g))
+    plain, regularized = (int(ch.coverage(p, ring, 8)) for p in pts)
+    assert plain == 8 and regularized <= 2
