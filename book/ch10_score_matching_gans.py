@@ -97,6 +97,7 @@ N_SEGMENTS = 16  # the spiral is cut into 16 arc-length segments for the coverag
 BATCH = 64  # GAN minibatch
 LR = 5e-4  # Adam learning rate of G and D
 HIDDEN = 64  # width of the three hidden layers of G and of D
+SCORE_DRAWS = 4  # (t, eps) draws per generated sample in the Monte Carlo estimate of Eq. 4
 print(f"tier {tier}: {cfg.replicas} GAN replica(s) per arm, {cfg.warmup_steps} warm-up + "
       f"{cfg.reg_steps} regularized steps, diffusion model trained {cfg.diff_steps} steps")
 
@@ -262,15 +263,26 @@ class EnsembleMLP(nn.Module):
 # %% [markdown]
 # ### The score-matching regularizer (Eq. 4)
 #
-# `smart_loss` draws one step $t$ and one noise $\varepsilon$ per generated sample, noises
-# the sample, asks a frozen noise predictor for its prediction and returns the squared error,
-# averaged per ensemble member. The predictor is a function `eps_fn(x_t, t)`: Eq. 3 for the
-# exact score, or a trained diffusion model. Nothing is detached: the gradient flows through
-# the predictor into the generator.
+# `smart_loss` draws a step $t$ and a noise $\varepsilon$ for each generated sample (`draws`
+# independent pairs per sample), noises the sample, asks a frozen noise predictor for its
+# prediction and returns the squared error, averaged per ensemble member. The predictor is a
+# function `eps_fn(x_t, t)`: Eq. 3 for the exact score, or a trained diffusion model.
+# Nothing is detached: the gradient flows through the predictor into the generator.
+#
+# **Why several draws.** Eq. 4 is an expectation over $t$ and $\varepsilon$; more draws give
+# the same objective with a less noisy gradient. The gradient with respect to a sample is
+# $2a_t J^\top(\varepsilon_\theta - \varepsilon)$, with $J$ the predictor's Jacobian. For
+# the exact predictor at small noise, $J \approx (\sigma_t/v_t) I$ is large (about
+# $1/\sigma_t$), so a single $\varepsilon$ gives a large random kick. With one draw per
+# sample, the exact-score arm's benefit varied from seed to seed (off-manifold ratios 0.52
+# to 0.91); with `SCORE_DRAWS = 4` it was 0.42 to 0.52 (see the claim checks). The
+# paper's large batches average this noise away.
 
 # %%
-def smart_loss(fake, eps_fn, sched, t_lo, t_hi, generator=None):
-    """Eq. 4 per ensemble member: fake (M, B, 2) -> (M,) mean squared noise-prediction error."""
+def smart_loss(fake, eps_fn, sched, t_lo, t_hi, generator=None, draws=1):
+    """Eq. 4 per ensemble member: fake (M, B, 2) -> (M,) mean squared noise-prediction error,
+    averaged over `draws` independent (t, eps) per sample."""
+    fake = fake.repeat(1, draws, 1)
     t = torch.randint(t_lo, t_hi + 1, fake.shape[:-1], generator=generator)
     eps = torch.randn(fake.shape, generator=generator)
     x_t = q_sample(fake.reshape(-1, fake.shape[-1]), t.reshape(-1), eps.reshape(-1, fake.shape[-1]),
@@ -295,7 +307,7 @@ def exact_eps_fn(means, s, sched):
 
 # %%
 def train_gan(G, D, sample_real, steps, lam=None, eps_fns=None, sched=None, t_band=(25, 60),
-              lazy_freq=1, lr=LR, batch=BATCH, generator=None, progress=None):
+              lazy_freq=1, lr=LR, batch=BATCH, generator=None, progress=None, draws=SCORE_DRAWS):
     """Train the ensembles G, D for `steps` steps of Eq. 5, plus lam[m] * Eq. 4 for member m.
 
     sample_real(n) returns n data points; eps_fns[m] is member m's frozen noise predictor.
@@ -323,7 +335,8 @@ def train_gan(G, D, sample_real, steps, lam=None, eps_fns=None, sched=None, t_ba
         if groups and step % lazy_freq == 0:
             for eps_fn, members in groups.items():
                 score = score.index_put((torch.tensor(members),),
-                                        smart_loss(fake[members], eps_fn, sched, *t_band, generator))
+                                        smart_loss(fake[members], eps_fn, sched, *t_band,
+                                                   generator, draws))
         opt_g.zero_grad()
         (adv + lam * score).sum().backward()
         opt_g.step()
@@ -523,19 +536,21 @@ plt.show()
 # prototype's worst seeds are in brackets: the margins are modest, because 2-D GANs are noisy.
 #
 # 1. **Exact score moves mass onto the manifold:** the off-manifold fraction with SMaRt
-#    (exact score) is at most the plain GAN's. We first fixed 0.8 here [prototype: worst
-#    0.69, best 0.46]; the full runs of this notebook then measured 0.66, 0.77, 0.69, 0.52
-#    and **0.91** on seeds 0-4, so "well below" does not hold on every seed with the exact
-#    score at our scale. We say so and keep only the robust part, "not above", as the
-#    enforced claim; the per-seed values are in the notes below.
+#    (exact score) is at most 0.8 times the plain GAN's [prototype: worst 0.69, best 0.46].
+#    *A correction, stated openly:* with one $(t, \varepsilon)$ draw per sample, the full
+#    runs of this notebook measured 0.66, 0.77, 0.69, 0.52 and **0.91** on seeds 0-4, and
+#    this claim failed on seed 4. We then asked why, found the single-draw gradient's noise
+#    (see "Why several draws" above), moved to `SCORE_DRAWS = 4` for all arms, and kept
+#    the threshold we had fixed first, 0.8. Measured with 4 draws on seeds 0-4: 0.47, 0.44,
+#    0.52, 0.42, 0.44.
 # 2. **No mode dropping (exact score):** the number of covered segments (mean over
 #    checkpoints and replicas) is at least the GAN's minus 2 [worst -1.7], and the MMD to
 #    the data at most 1.35 times the GAN's [worst 1.20]. The exact score is sharp and
 #    mode-seeking: it does cost some coverage at this $\lambda$, which is why the tolerance
 #    is 2 segments of 16 and not 0; a collapse loses far more (see the tests).
 # 3. **Learned score, the same:** with the trained diffusion model instead of Eq. 3, the
-#    off-manifold fraction is at most 0.75 times the GAN's [worst 0.62]: the "well below"
-#    claim, and it holds on every seed (0.49-0.70 in the full runs), coverage at least
+#    off-manifold fraction is at most 0.75 times the GAN's [worst 0.62] (one draw:
+#    0.49-0.70 in the full runs; four draws: 0.49-0.54), coverage at least
 #    the GAN's minus 1 [worst -0.1], and the MMD at most 1.1 times the GAN's [worst 0.90].
 # 4. **Eq. 3 is the score:** it matches $-\sigma_t\nabla\log p_t$ by autograd to 1e-5.
 
@@ -543,8 +558,8 @@ plt.show()
 off_arm = final["off"].mean(1)
 cov_arm = cov_min.float().mean(1)
 mmd_arm = final["mmd"].mean(1)
-run.claim("off-manifold ratio, exact score / GAN", off_arm[1] / off_arm[0], "<=", 1.0,
-          "the exact score term does not add off-manifold mass")
+run.claim("off-manifold ratio, exact score / GAN", off_arm[1] / off_arm[0], "<=", 0.8,
+          "the exact score term moves generated mass onto the data manifold")
 run.claim("coverage, exact score - GAN", cov_arm[1] - cov_arm[0], ">=", -2.0,
           "no mode dropping: the regularized GAN covers the whole manifold")
 run.claim("MMD ratio, exact score / GAN", mmd_arm[1] / mmd_arm[0], "<=", 1.35,
@@ -685,23 +700,22 @@ icmlbook.explore(update, controls, run=run)
 # | $\lambda$, laziness | 0.01-0.1, every 8 steps | 0.3, every step (our adversarial loss is a per-sample mean of another scale) |
 # | GANs | StyleGAN2, BigGAN, Aurora on CIFAR10, ImageNet, LSUN | a 3-layer MLP GAN with a 2-D latent |
 # | measure | FID (ImageNet 64, Aurora: 8.87 → 7.11) | off-manifold fraction, segment coverage, MMD on a thin spiral |
-# | result | better FID for StyleGAN2, BigGAN, Aurora | learned score: off-manifold mass cut by a third to a half on every seed; exact score: 9-48 %; MMD not worse (claims 1-3) |
+# | result | better FID for StyleGAN2, BigGAN, Aurora | off-manifold mass cut by about half on every seed, with the exact score (48-58 %) and with the learned one (46-51 %); MMD not worse (claims 1-3) |
 #
-# **Honest notes.** (i) The effect is real but moderate at our scale. Off-manifold ratio
-# to the plain GAN over seeds 0-4 (full default runs): exact score 0.66, 0.77, 0.69, 0.52,
-# 0.91; learned score 0.56, 0.60, 0.70, 0.49, 0.64. So the learned score cuts the mass by a
-# third to a half on every seed, while the exact score does so on four seeds and only by
-# 9 % on seed 4; claim 1 therefore asserts only "not above". It needs $\lambda$ large enough to compete
-# with the adversarial gradient, and 2-D GANs are noisy, so the thresholds have modest
-# margins. The brief's prototype reported "0.013 → 0.000" on a circle from one seed; we
+# **Honest notes.** (i) The effect is real and, with 4 noise draws per sample, steady.
+# Off-manifold ratio to the plain GAN over seeds 0-4 (full default runs): exact score
+# 0.47, 0.44, 0.52, 0.42, 0.44; learned score 0.54, 0.50, 0.52, 0.49, 0.53. With one draw
+# (our first version) they were 0.66, 0.77, 0.69, 0.52, 0.91 and 0.56, 0.60, 0.70, 0.49,
+# 0.64: the estimator's noise, not the objective, made the exact score look weak. It needs
+# $\lambda$ large enough to compete with the adversarial gradient. The brief's prototype reported "0.013 → 0.000" on a circle from one seed; we
 # could not reproduce a drop of that size. (ii) It is a balance: the exact score is sharp
 # and mode-seeking, and at $\lambda = 0.3$ it already thins out up to about 1.7 of the 16
 # segments on some seeds, so claim 2 tolerates 2; at $\lambda = 3$ the GAN drops much
 # more (the tests show it), and the widget shows the same on the isolated-modes ring.
-# (iii) Surprise: the *learned* score did at least as well as the exact one, with no loss
-# of coverage. Our reading: the small diffusion model's score is smoother (cosine to the
-# exact one about 0.7), so it pulls toward the manifold with less mode seeking. We did not
-# test this further. (iv) On a *circle* the plain GAN's few percent of off-manifold mass
+# (iii) With one draw, the *learned* score did better than the exact one. Our reading: the
+# small diffusion model's score is smoother (cosine to the exact one about 0.7), so its
+# Jacobian is smaller and a single noise draw kicks the generator less; with four draws the
+# two are close, the exact one slightly ahead, and the learned one still costs no coverage. (iv) On a *circle* the plain GAN's few percent of off-manifold mass
 # sit in the middle, where a continuous generator must tear its latent space; our
 # prototype found that no $\lambda$ removes it, which is why this chapter uses an open
 # curve. (v) The learned score is trained on the 100 smallest-noise steps only; the

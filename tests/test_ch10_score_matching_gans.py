@@ -120,11 +120,11 @@ def arms():
 
 
 def test_good_arm_passes_the_off_manifold_claim(arms):
-    assert arms["good"]["off"] / arms["GAN"]["off"] <= 1.0
+    assert arms["good"]["off"] / arms["GAN"]["off"] <= 0.8
 
 
 def test_sign_flipped_regularizer_fails_the_off_manifold_claim(arms):
-    assert arms["sign flipped"]["off"] / arms["GAN"]["off"] > 1.0
+    assert arms["sign flipped"]["off"] / arms["GAN"]["off"] > 0.8
 
 
 def test_too_strong_regularizer_fails_the_no_mode_dropping_claim(arms):
