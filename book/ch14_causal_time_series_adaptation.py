@@ -811,7 +811,7 @@ icmlbook.explore(update, controls, run=run)
 # | disentangler | adaptive rationale disentangler over variable interrelationships | a learned sigmoid mask over attention interrelationships (Eqs. 3–5), our reconstruction |
 # | consistency | causal prototype consistency, domain-intervention causality invariance | Eqs. 8–9 as we read the names, plus branch domain losses (Eq. 10, our addition) |
 # | data | four benchmark datasets (not identified here) | synthetic windows, reverse shift, 768 per domain |
-# | result | beats the state of the art | beats source-only by ≥ 0.15 and DANN by ≥ 0.10 in every seed (claims 1–2) |
+# | result | beats the state of the art | beats source-only by ≥ 0.15 and DANN by ≥ 0.10 in seeds 0–4 (claims 1–2), not in 2 of 5 fresh seeds |
 # | mechanism | causal rationales separated from domain-specific correlations | the causal edge is kept (claim 4), but the spurious edge is **not** removed |
 #
 # Honest notes. We could not read the paper's method section, so the equations here
@@ -823,6 +823,17 @@ icmlbook.explore(update, controls, run=run)
 # seeds in our calibration runs, so we make no claim about it. The prototype loss
 # needed a longer warm-up (10 epochs, 30 in all) than the 5 we started with. DANN doing
 # worse than source-only is expected under a label-dependent shift, not a bug.
+#
+# **Fresh seeds.** After seeds 0–4 passed, we ran seeds 5–9 at the default tier, seeds no
+# threshold was calibrated on. CauDiTS's target accuracy was 0.87, 0.65, 0.86, 0.68, 0.83;
+# its margin over source-only 0.32, 0.03, 0.25, 0.15, 0.35 and over DANN 0.51, −0.03,
+# 0.21, 0.31, 0.22. So seed 6 fails claims 1–3 and seed 8 fails claims 1 and 3: in about
+# one training in five, CauDiTS lands in a poor solution (in those two seeds, the variant
+# without the intervention loss reached 0.81 and 0.80, so the recipe can work there: it
+# is the variance of single training runs). The claims hold for the seeds they were set
+# on, and CauDiTS wins on average, but not in every seed. Restarts with an unsupervised
+# selection rule (e.g. the target prototype loss) are the obvious remedy; we have not
+# built it.
 
 # %% [markdown]
 # ## Exercises
