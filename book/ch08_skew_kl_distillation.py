@@ -903,6 +903,13 @@ icmlbook.explore(update, controls, run=run)
 # run is driven by $\varphi_0 = 0.5$ and the linear decay of Eq. 7; with the GPT-2
 # recipe's $\varphi_0 = 0$ it would be the offline run. Student-generated data did not
 # beat offline training on held-out ground truth at this scale.
+#
+# **Fresh seeds.** As a check on thresholds calibrated on seeds 0–4, we also ran seeds
+# 5–9 at the default tier. Six claims held in every seed (SKL / RKL 0.74–0.83, noisy
+# teacher SKL / FKL 0.38–0.44, 24–31 % of the generation calls, 1.8–1.9× less CPU
+# time). The adaptive run's quality ratio failed once: 1.052 against 1.05 at seed 7
+# (1.01, 1.01, 1.05, 1.02, 1.01). "Within 5 % of on-policy" is the brief's bar and sits
+# at the edge of the seed noise; we leave it where it was fixed.
 
 # %% [markdown]
 # ## Exercises
