@@ -13,7 +13,7 @@ weighted word list. Every sentence ends with ``"."``. The language is finite,
 so the acceptor is a plain match of each sentence against the templates.
 
 Pure Python (no torch): generating tens of thousands of sentences takes well
-under a second.
+under a second. Chapters assemble sentences into windows or documents themselves.
 """
 from __future__ import annotations
 
@@ -94,20 +94,6 @@ class Grammar:
             else:
                 out.append(item)
         return out
-
-    def document(self, rng: int | random.Random, n_sentences: int | tuple[int, int] = (1, 3)) -> Words:
-        """A few sentences in a row; ``n_sentences`` is a count or an inclusive range."""
-        rng = _rng(rng)
-        lo, hi = (n_sentences, n_sentences) if isinstance(n_sentences, int) else n_sentences
-        out: Words = []
-        for _ in range(rng.randint(lo, hi)):
-            out += self.sentence(rng)
-        return out
-
-    def corpus(self, n: int, seed: int, n_sentences: int | tuple[int, int] = (1, 3)) -> list[Words]:
-        """``n`` independent documents, reproducible from ``seed``."""
-        rng = random.Random(seed)
-        return [self.document(rng, n_sentences) for _ in range(n)]
 
     # -- exact acceptor -----------------------------------------------------
     def _matches(self, words: Sequence[str], template: Sequence[str]) -> bool:
@@ -246,13 +232,3 @@ class Tokenizer:
     def id(self, symbol: str) -> int:
         return self.index[symbol]
 
-
-def stream(grammar: Grammar, tokenizer: Tokenizer, n_tokens: int, seed: int) -> list[int]:
-    """At least ``n_tokens`` token ids of running text: sentence after sentence
-    (separated by a space at the character level)."""
-    rng = random.Random(seed)
-    out: list[int] = []
-    space = [tokenizer.id(" ")] if tokenizer.level == "char" else []
-    while len(out) < n_tokens:
-        out += tokenizer.encode(grammar.sentence(rng)) + space
-    return out
