@@ -634,11 +634,11 @@ grid = torch.stack(torch.meshgrid(torch.linspace(-2.3, 2.3, 13), torch.linspace(
                                   indexing="xy"), dim=-1).reshape(-1, 2)
 
 
-def score_force(points, mu, s, lo, hi, draws=4):
-    """-grad of Eq. 4 (exact score) at each point, averaged over draws of t and eps."""
-    x = points.expand(draws, *points.shape).clone().requires_grad_(True)
-    loss = smart_loss(x, exact_eps_fn(mu, s, SCHED), SCHED, lo, hi, widget_gen).sum()
-    return -torch.autograd.grad(loss, x)[0].mean(0)
+def score_force(points, mu, s, lo, hi):
+    """-grad of Eq. 4 (exact score) at each point, with the chapter's SCORE_DRAWS draws."""
+    x = points[None].clone().requires_grad_(True)
+    loss = smart_loss(x, exact_eps_fn(mu, s, SCHED), SCHED, lo, hi, widget_gen, SCORE_DRAWS)
+    return -torch.autograd.grad(loss.sum(), x)[0][0]
 
 
 def update(data, lam_w, lazy_w, band):
