@@ -1,5 +1,6 @@
 """Chapter 14: the simulator's premise, the disentangler's invariants, and claims that fail
-for broken variants (a frozen mask, no disentangler, a broken generator, scrambled labels)."""
+for broken variants (a frozen mask, no disentangler, no stability loss, a broken generator,
+scrambled labels)."""
 import numpy as np
 import pytest
 import torch
@@ -121,6 +122,42 @@ def test_attention_rows_sum_to_one_and_the_split_is_complete():
     assert torch.allclose(r_s_base, r_s_base[:1].expand_as(r_s_base))
 
 
+def causal_pair(M):
+    return max(M[ch.CAUSAL_EDGE], M[ch.REVERSE[ch.CAUSAL_EDGE]])
+
+
+def test_interrelation_stats_match_lag_corr_per_pair():
+    x, _ = ch.simulate(20, "source", np.random.default_rng(0), T=40)
+    st = ch.interrelation_stats(x)
+    assert st.shape == (20, ch.V_VARS, ch.V_VARS, 2)
+    for u in range(ch.V_VARS):
+        for v in range(ch.V_VARS):
+            for i, k in enumerate((1, 2)):
+                assert np.allclose(st[:, u, v, i], ch.lag_corr(x[:, u], x[:, v], k), atol=1e-5)
+
+
+def test_stability_discrepancy_flags_the_changed_edge_only():
+    xs, _, xt, _, _, _, _, _ = chapter_data(0)
+    D = ch.stability_discrepancy(xs, xt)
+    assert D.shape == (ch.V_VARS, ch.V_VARS) and D.min() >= 0 and D.max() == pytest.approx(1)
+    assert np.unravel_index(D.argmax(), D.shape) in (ch.SPURIOUS_EDGE, (3, 3))
+    assert D[ch.SPURIOUS_EDGE] > 0.5 and D[ch.CAUSAL_EDGE] < 0.1
+    # correlations ignore each variable's scale and offset: so does D
+    scale = np.array([2.0, 0.5, 3.0, 1.0, 0.7], dtype=np.float32)[:, None]
+    assert np.allclose(ch.stability_discrepancy(xs, xt * scale - 4.0), D, atol=1e-3)
+    # a target with no shift of the dynamics (attenuate by 1): no edge stands out
+    rng = np.random.default_rng(1)
+    xs1, _ = ch.simulate(N, "source", rng, T=T)
+    xt1, _ = ch.simulate(N, "target", rng, T=T, mode="attenuate", factor=1.0)
+    raw = ch.stability_discrepancy(xs, xt)[ch.SPURIOUS_EDGE]  # normalised by the max
+    a, b = ch.interrelation_stats(xs1), ch.interrelation_stats(xt1)
+    no_shift = ((a.mean(0) - b.mean(0)) ** 2 + (a.std(0) - b.std(0)) ** 2).sum(-1)
+    a, b = ch.interrelation_stats(xs), ch.interrelation_stats(xt)
+    shift = ((a.mean(0) - b.mean(0)) ** 2 + (a.std(0) - b.std(0)) ** 2).sum(-1)
+    assert raw == pytest.approx(shift[ch.SPURIOUS_EDGE] / shift.max())
+    assert no_shift.max() < 0.2 * shift[ch.SPURIOUS_EDGE]
+
+
 def test_gradient_reversal():
     x = torch.randn(5, requires_grad=True)
     ch.GradReverse.apply(x).sum().backward()
@@ -171,6 +208,8 @@ def trained():
     xs, ys, xt, _, xs_te, ys_te, xt_te, yt_te = data
     nets = {m: ch.train_model(m, xs, ys, xt, 0, **KW) for m in ("source", "dann", "caudits")}
     nets["frozen mask"] = ch.train_model("caudits", xs, ys, xt, 0, mask_lr=0.0, **KW)
+    nets["no stability"] = ch.train_model("caudits", xs, ys, xt, 0, weights=dict(lam_stab=0.0),
+                                          **KW)
     original = ch.domain_loss, ch.RationaleNet
     try:  # train_model looks these up in the chapter's namespace
         ch.domain_loss = swapped_domain_loss
@@ -192,7 +231,8 @@ def test_claims_hold_for_seed0(trained):
     assert acc["caudits"] - acc["source"] >= 0.15
     assert acc["caudits"] - acc["dann"] >= 0.10
     assert acc["caudits"] >= 0.70
-    assert M[ch.CAUSAL_EDGE] >= 0.85 and M[ch.CAUSAL_EDGE] - np.median(M) >= 0.5
+    assert causal_pair(M) >= 0.85 and causal_pair(M) - np.median(M) >= 0.5
+    assert M[ch.SPURIOUS_EDGE] < 0.5
     assert src["caudits"] >= 0.95
     # the brief's extra check: the intervention hardly flips target predictions
     assert ch.flip_rate(nets["caudits"], data[6], data[4]) < 0.05
@@ -204,7 +244,15 @@ def test_frozen_mask_fails_the_accuracy_and_mask_claims(trained):
     assert acc["frozen mask"] - acc["source"] < 0.15  # claim 1 fails
     assert acc["frozen mask"] < 0.70  # claim 3 fails
     M = nets["frozen mask"].mask().detach().numpy()
-    assert M[ch.CAUSAL_EDGE] < 0.85 and M[ch.CAUSAL_EDGE] - np.median(M) < 0.5  # claim 4
+    assert causal_pair(M) < 0.85 and causal_pair(M) - np.median(M) < 0.5  # claim 4
+    assert M[ch.SPURIOUS_EDGE] >= 0.5  # claim 5 (sigma(0) = 0.5 exactly)
+
+
+def test_no_stability_loss_fails_the_spurious_edge_claim(trained):
+    # lam_stab = 0 (our first recipe): nothing tells the mask which edge moved, and the
+    # classifier's pull keeps the spurious edge, the strongest source signal
+    M = trained[0]["no stability"].mask().detach().numpy()
+    assert M[ch.SPURIOUS_EDGE] > 0.5  # claim 5 fails
 
 
 def test_swapped_domain_roles_fail_the_accuracy_claims(trained):
@@ -224,7 +272,8 @@ def test_all_losses_without_the_mask_fail_the_dann_margin(trained):
 def test_no_disentangler_fails_the_selectivity_claim(trained):
     # the baselines' M = 1 keeps the causal edge trivially, but singles nothing out
     M = trained[0]["source"].mask().detach().numpy()
-    assert M[ch.CAUSAL_EDGE] - np.median(M) < 0.5
+    assert causal_pair(M) - np.median(M) < 0.5
+    assert M[ch.SPURIOUS_EDGE] > 0.5  # and cuts nothing
 
 
 def test_scrambled_source_labels_fail_the_source_accuracy_claim():
