@@ -923,6 +923,11 @@ icmlbook.explore(update, controls, run=run)
 #
 # The tightest margins are at seed 6: 0.20 over source-only (threshold 0.15) and 0.14
 # over DANN (threshold 0.10), where DANN happens to align the right classes.
+#
+# At the full tier (2048 windows of length 64 per domain, 40 epochs; 162 s on one idle
+# core), seed 0 gives CauDiTS 0.97 on the target, source-only 0.63 and DANN 0.36;
+# $M_{3\leftarrow 2} = 0.01$ and $M_{2\leftarrow 3} = 0.62$. All ten claims hold. Without
+# the domain loss, CauDiTS reaches 0.99 there: with more data it is no longer needed.
 
 # %% [markdown]
 # ## Exercises
