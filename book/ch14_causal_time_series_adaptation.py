@@ -655,7 +655,9 @@ def draw_bars(ax, accs, title):
     ax.bar(range(len(names)), [accs[k] for k in names], color=[f"C{i}" for i in range(len(names))])
     ax.axhline(1 / N_CLASSES, color="k", ls=":", lw=1)
     ax.set(xticks=range(len(names)), ylim=(0, 1), title=title)
-    ax.set_xticklabels(names, rotation=20, fontsize=8)
+    many = len(names) > 4  # the widget's menu: slanted labels that do not overlap
+    ax.set_xticklabels(names, rotation=50 if many else 20, ha="right" if many else "center",
+                       rotation_mode="anchor", fontsize=7 if many else 8)
 
 
 fig, axes = plt.subplots(1, 5, figsize=(13.5, 2.9))
@@ -745,6 +747,67 @@ run.metric("ablation_target_acc", {k: v[0] for k, v in ablations.items()})
 run.metric("ablation_mask_spurious_edge", {k: v[1] for k, v in ablations.items()})
 
 # %% [markdown]
+# ### How hard should the mask be pushed? (a sweep of $\lambda_{\text{stab}}$)
+#
+# The stability loss trades against the classifier's pull on every edge. Four more
+# trainings (the ends of the sweep reuse the networks above; skipped at the smoke tier)
+# show the whole dose–response on this seed: too little and the spurious edge stays;
+# enough and it is cut; much more and the loss starts to eat the stable edges too,
+# because sampling noise gives every pair a small $\hat D$ (the causal pair then
+# survives in one direction only). The networks join the widget's menu.
+
+# %%
+STAB_SWEEP = (0.0, 0.3, 1.0, 3.0, 10.0, 30.0)
+sweep = {}
+if cfg.ablations:
+    for lam in STAB_SWEEP:
+        if lam == lam_stab:
+            net = nets["CauDiTS"]
+        elif lam == 0.0:
+            net = nets["no stability"]
+        else:
+            net = nets[f"λ_stab {lam:g}"] = train_model(
+                "caudits", xs, ys, xt, seed, weights={**weights, "lam_stab": lam},
+                desc=f"lam_stab = {lam:g}", **train_kw)
+        sweep[lam] = (accuracy(net, xt_test, yt_test), net.mask().detach().numpy())
+    fig, axes = plt.subplots(1, 2, figsize=(9, 2.9))
+    pos = np.arange(len(STAB_SWEEP))
+    axes[0].plot(pos, [sweep[lam][0] for lam in STAB_SWEEP], "o-", color="C2", label="CauDiTS")
+    for name, color in [("source-only", "C0"), ("DANN", "C1")]:  # the bars' colours
+        axes[0].axhline(results[name][1], color=color, ls="--", lw=1, label=name)
+    axes[0].set(ylim=(0, 1), ylabel="target accuracy", title="target accuracy")
+    axes[0].legend(fontsize=8)
+    for (u, v), color, ls in [(CAUSAL_EDGE, "C2", "-"), (REVERSE[CAUSAL_EDGE], "C2", ":"),
+                              (SPURIOUS_EDGE, "C3", "-"), (REVERSE[SPURIOUS_EDGE], "C3", ":")]:
+        axes[1].plot(pos, [sweep[lam][1][u, v] for lam in STAB_SWEEP], "o", ls=ls,
+                     color=color, label=f"M[{u}←{v}]")
+    axes[1].set(ylim=(0, 1), ylabel="mask", title="mask on the two pairs")
+    axes[1].legend(fontsize=8, ncol=2)
+    for ax in axes:
+        ax.set_xticks(pos)
+        ax.set_xticklabels([f"{lam:g}" for lam in STAB_SWEEP])
+        ax.set_xlabel("$\\lambda_{stab}$")
+    plt.show()
+else:
+    print(f"tier {tier}: the sweep is skipped (it runs at the default and full tiers)")
+
+# %% [markdown]
+# On seed 0 (the committed run) the spurious edge's forward entry falls from 0.88 to
+# 0.09 between $\lambda_{\text{stab}} = 0$ and our default 3, and to 0.04 beyond; its
+# reverse entry only starts to close at 30, when $M_{1\leftarrow 0}$ has already gone
+# (0.15) and only $M_{0\leftarrow 1}$ keeps the causal pair. Target accuracy barely moves
+# on this seed (0.83–0.91), because here the network without the stability loss happened
+# not to settle on the shortcut; on seeds 6 and 8 it did (see the honest notes). We fixed
+# $\lambda_{\text{stab}} = 3$ from prototype runs on seeds 0, 1, 6 and 8, before this
+# sweep: the smallest weight that cut the spurious edge there while keeping
+# $M_{1\leftarrow 0}$ mostly above 0.8.
+run.metric("stab_sweep", {f"{lam:g}": dict(target_acc=a, mask_spurious=float(M[SPURIOUS_EDGE]),
+                                           mask_spurious_reverse=float(M[REVERSE[SPURIOUS_EDGE]]),
+                                           mask_causal=float(M[CAUSAL_EDGE]),
+                                           mask_causal_reverse=float(M[REVERSE[CAUSAL_EDGE]]))
+                          for lam, (a, M) in sweep.items()})
+
+# %% [markdown]
 # ## Claim checks
 #
 # Thresholds were fixed on our implementation at the default tier, for the default
@@ -820,8 +883,9 @@ run.verdict()
 # (non-identifiability), and try `attenuate` with a factor of 1: no shift at all.
 #
 # The lower row shows trained networks. Training one takes seconds, too slow for a
-# slider, so these are the networks trained above at the chapter's parameters, and
-# CauDiTS with each loss weight set to zero (the ablations). To set the loss weights to
+# slider, so these are the networks trained above at the chapter's parameters,
+# CauDiTS with each loss weight set to zero (the ablations) and the
+# $\lambda_{\text{stab}}$ sweep. To set the loss weights to
 # other values, change `lam_int`, `lam_p`, `lam_d`, `lam_s`, `lam_stab` in the
 # parameters cell and re-run. Choose a network and see its mask, its representation and its
 # accuracy.
@@ -845,7 +909,7 @@ def update(strength, mode, factor, model):
     w_xs, w_ys = simulate(cfg.widget_n, "source", data_rng, **kw)
     w_xt, w_yt = simulate(cfg.widget_n, "target", data_rng, **kw)
     sa = statistic_accuracies(w_xs, w_ys, w_xt, w_yt)
-    fig, axes = plt.subplots(2, 3, figsize=(10, 5.6), layout="none")  # no layout engine: faster
+    fig, axes = plt.subplots(2, 3, figsize=(10, 6.2), layout="none")  # no layout engine: faster
     for ax, (x, y, dom) in zip(axes[0, :2], [(w_xs, w_ys, "source"), (w_xt, w_yt, "target")]):
         c, s = edge_statistics(x)
         for k in range(N_CLASSES):
@@ -860,7 +924,7 @@ def update(strength, mode, factor, model):
     draw_bars(axes[1, 2], target_accs, "trained networks: target acc")
     axes[1, 2].patches[model_names.index(model)].set_edgecolor("k")
     axes[1, 2].patches[model_names.index(model)].set_linewidth(2)
-    fig.subplots_adjust(hspace=0.45, wspace=0.3)
+    fig.subplots_adjust(hspace=0.45, wspace=0.3, bottom=0.16)
     plt.show()
 
 
