@@ -46,7 +46,8 @@
 # the mechanism on a structural causal model where we know the truth: a causal edge
 # carries the label in both domains, a stronger spurious edge reverses in the target.
 # CauDiTS should beat both a source-only model and adversarial alignment (DANN) by a
-# clear margin, and its mask should keep the causal edge and cut the spurious one.
+# clear margin, and its mask should keep the causal edge and cut the spurious one (it
+# cuts one of the spurious pair's two entries, as we will see).
 
 # %% tags=["parameters"]
 tier = "default"  # smoke | default | full: size of the experiment
