@@ -11,10 +11,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-BUDGETS = {"smoke": 15.0, "default": 120.0}
-"""Wall seconds per chapter on a 2-core CPU, kernel start included."""
-MEMORY_MB = 1536.0
-NOTEBOOK_MB = 1.5
+from icmlbook.tiers import NOTEBOOK_MB, RULES
 
 
 def bench(chapters: list[Any], tiers: list[str], report: Path) -> int:
@@ -31,7 +28,7 @@ def bench(chapters: list[Any], tiers: list[str], report: Path) -> int:
                 committed = ch.ipynb.stat().st_size / 2**20 if ch.ipynb.exists() else 0.0
                 rows.append({
                     "chapter": f"{ch.number} {ch.slug}", "tier": tier, "ok": r.ok,
-                    "seconds": r.seconds, "budget": BUDGETS.get(tier),
+                    "seconds": r.seconds, "budget": RULES[tier].budget_s,
                     "peak_mb": rec.get("peak_rss_mb"), "widget_s": rec.get("widget_seconds"),
                     "nb_mb": size, "committed_mb": committed,
                     "claims": "{}/{}".format(*r.claims), "error": r.error,
@@ -46,14 +43,16 @@ def bench(chapters: list[Any], tiers: list[str], report: Path) -> int:
 
 def _over(r: dict[str, Any]) -> bool:
     return bool((r["budget"] and r["seconds"] > r["budget"])
-                or (r["peak_mb"] and r["peak_mb"] > MEMORY_MB)
+                or (r["peak_mb"] and RULES[r["tier"]].memory_mb
+                    and r["peak_mb"] > RULES[r["tier"]].memory_mb)
                 or r["committed_mb"] > NOTEBOOK_MB)
 
 
 def _markdown(rows: list[dict[str, Any]]) -> list[str]:
+    limits = ", ".join(f"{t} <= {r.budget_s:g} s and {r.memory_mb:g} MB"
+                       for t, r in RULES.items() if r.budget_s)
     head = (f"# icmlbook bench ({time.strftime('%Y-%m-%d %H:%M')}, {platform.machine()}, "
-            f"budgets: smoke <= {BUDGETS['smoke']:g} s, default <= {BUDGETS['default']:g} s, "
-            f"<= {MEMORY_MB:g} MB, notebook <= {NOTEBOOK_MB:g} MB)")
+            f"budgets: {limits}, notebook <= {NOTEBOOK_MB:g} MB)")
     lines = [head, "", "| chapter | tier | seconds | peak MB | slowest widget s | notebook MB "
              "| committed MB | claims | within budget |", "|---|---|---:|---:|---:|---:|---:|---|---|"]
     for r in rows:

@@ -8,6 +8,7 @@ each; its ``validate``-tagged cell checks them with :mod:`icmlbook.params`.
 from __future__ import annotations
 
 import ast
+import hashlib
 import os
 import re
 from dataclasses import dataclass, field
@@ -70,6 +71,27 @@ class Chapter:
         return None
 
     @property
+    def code_hash(self) -> str:
+        """A hash of the chapter's code cells: it changes with the code, not the prose.
+
+        Results files are stamped with it; a results file whose stamp differs from
+        the chapter's current hash is stale."""
+        code = [c.source.strip() for c in self.notebook.cells if c.cell_type == "code"]
+        return hashlib.sha256("\n# <cell>\n".join(code).encode("utf-8")).hexdigest()[:16]
+
+    @property
+    def results_file(self) -> Path:
+        """``results/chNN_slug.csv``: the claim values over seeds 0-9 at the default tier."""
+        return self.root / "results" / f"{self.stem}.csv"
+
+    @property
+    def thresholds(self) -> dict[str, Parameter]:
+        """The named thresholds of the cell tagged ``thresholds``, with their provenance
+        (the trailing comment); empty for a chapter without that cell."""
+        source = self.cell("thresholds")
+        return {} if source is None else parse_parameters(source, literal=False)
+
+    @property
     def parameters(self) -> dict[str, Parameter]:
         source = self.cell("parameters")
         if source is None:
@@ -122,8 +144,10 @@ def resolve(name: str, chapters: list[Chapter]) -> Chapter:
     raise LookupError(f"unknown chapter {name!r}; valid chapters: {valid}")
 
 
-def parse_parameters(source: str) -> dict[str, Parameter]:
-    """Names, literal defaults and trailing comments of a parameters cell."""
+def parse_parameters(source: str, literal: bool = True) -> dict[str, Parameter]:
+    """Names, literal defaults and trailing comments of a parameters cell.
+
+    ``literal=False`` keeps a value that is not a literal as its source text."""
     tree = ast.parse(source)
     lines = source.splitlines()
     params: dict[str, Parameter] = {}
@@ -134,7 +158,9 @@ def parse_parameters(source: str) -> dict[str, Parameter]:
             try:
                 default = ast.literal_eval(node.value)
             except ValueError as exc:
-                raise ValueError(f"parameter {name} needs a literal default") from exc
+                if literal:
+                    raise ValueError(f"parameter {name} needs a literal default") from exc
+                default = ast.get_source_segment(source, node.value)
             line = lines[node.lineno - 1]
             comment = line.split("#", 1)[1].strip() if "#" in line else ""
             params[name] = Parameter(name, default, comment)

@@ -13,7 +13,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from icmlbook.tiers import TIERS
+from icmlbook.tiers import TIERS  # one way: tiers imports nothing from params
 
 
 class ParameterError(ValueError):

@@ -13,13 +13,18 @@ from typing import Any
 
 from icmlbook.chapters import Chapter
 from icmlbook.record import read_record
+from icmlbook.tiers import RULES
+
+
+def run_key(stem: str, tier: str, seed: int, params: dict[str, Any]) -> str:
+    """A file-name-safe name of one run: chapter, tier, seed and parameters."""
+    extra = "".join(f".{k}={v}" for k, v in sorted(params.items()))
+    return f"{stem}.{tier}.s{seed}{extra}".replace("/", "_").replace(" ", "")
 
 NOISE_CELL_KEYS = ("papermill", "execution", "ExecuteTime", "collapsed", "scrolled")
 # The kernel logs only errors: ipykernel otherwise warns on every start that local TCP
 # is unencrypted, which buries the runner's own progress lines.
 KERNEL_ARGS = ["--IPKernelApp.log_level=ERROR"]
-# Seconds a single cell may run before the run fails (instead of hanging a batch or CI).
-CELL_TIMEOUT = {"smoke": 120, "default": 600, "full": None}
 
 
 @dataclass
@@ -34,6 +39,29 @@ class Result:
     ok: bool = False
     error: str | None = None
     record: dict[str, Any] | None = field(default=None)
+    code_hash: str = ""
+
+    @property
+    def key(self) -> str:
+        return run_key(f"ch{self.chapter}_{self.slug}", self.tier, self.seed, self.params)
+
+    def counts(self) -> str:
+        """Passed/total per kind, e.g. "paper claims 3/3, checks 2/2"."""
+        from icmlbook.session import SECTIONS
+
+        claims = (self.record or {}).get("claims", [])
+        parts = []
+        for kind, label in SECTIONS.items():
+            group = [c for c in claims if c.get("kind", "unsorted") == kind]
+            if group:
+                parts.append(f"{label} {sum(c['passed'] for c in group)}/{len(group)}")
+        return ", ".join(parts) or "no claims"
+
+    def kind_counts(self, kind: str) -> str:
+        """"passed/total" of the claims of one kind ("" when there are none)."""
+        group = [c for c in (self.record or {}).get("claims", [])
+                 if c.get("kind", "unsorted") == kind]
+        return f"{sum(c['passed'] for c in group)}/{len(group)}" if group else ""
 
     @property
     def claims(self) -> tuple[int, int]:
@@ -47,13 +75,18 @@ class Result:
         passed, total = self.claims
         if passed == total:
             return "PASS"
-        return "RECORDED" if self.tier == "smoke" else "FAILED"
+        return "FAILED" if RULES[self.tier].enforce_claims else "RECORDED"
 
     def as_json(self) -> dict[str, Any]:
         return {"chapter": self.chapter, "slug": self.slug, "tier": self.tier, "seed": self.seed,
                 "params": self.params, "output": self.output, "seconds": round(self.seconds, 2),
                 "ok": self.ok, "verdict": self.verdict, "error": self.error,
-                "record": self.record}
+                "code_hash": self.code_hash, "record": self.record}
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> Result:
+        return cls(d["chapter"], d["slug"], d["tier"], d["seed"], d["params"], d["output"],
+                   d["seconds"], d["ok"], d["error"], d["record"], d.get("code_hash", ""))
 
 
 def source_notebook(chapter: Chapter) -> Any:
@@ -89,7 +122,8 @@ def execute(chapter: Chapter, tier: str, seed: int, params: dict[str, Any], out_
     # inject only what differs from the parameters cell (a default run injects nothing)
     inject = {k: v for k, v in given.items() if k not in defaults or defaults[k].default != v}
     out_path = chapter.ipynb if inplace else Path(out_dir) / f"{chapter.stem}.{tier}.s{seed}.ipynb"
-    result = Result(chapter.number, chapter.slug, tier, seed, dict(params), str(out_path))
+    result = Result(chapter.number, chapter.slug, tier, seed, dict(params), str(out_path),
+                    code_hash=chapter.code_hash)
     with tempfile.TemporaryDirectory(prefix="icmlbook-") as tmp:
         src = Path(tmp) / f"{chapter.stem}.ipynb"
         nbformat.write(source_notebook(chapter), src)
@@ -100,7 +134,7 @@ def execute(chapter: Chapter, tier: str, seed: int, params: dict[str, Any], out_
                                 progress_bar=False, log_output=verbose,
                                 stdout_file=sys.stdout if verbose else None,
                                 cwd=str(chapter.py.parent), extra_arguments=KERNEL_ARGS,
-                                execution_timeout=CELL_TIMEOUT[tier])
+                                execution_timeout=RULES[tier].cell_timeout_s)
             result.ok = True
         except pm.PapermillExecutionError as exc:
             result.error = _describe(exc)
@@ -128,31 +162,9 @@ def _describe(exc: Any) -> str:
 
 def run_many(jobs: list[tuple[Chapter, str, int, dict[str, Any]]], out_dir: Path, inplace: bool,
              workers: int = 1, verbose: bool = False) -> list[Result]:
-    """Execute several chapters, ``workers`` kernels at a time, printing progress lines."""
-    from concurrent.futures import ProcessPoolExecutor
+    """Execute several chapters, ``workers`` kernels at a time (on Dask when more than
+    one): a thin front of :func:`icmlbook.sweep.run_jobs`, the one engine."""
+    from icmlbook.sweep import Job, run_jobs
 
-    def announce(ch: Chapter, tier: str, seed: int) -> None:
-        print(f"[start] {ch.number} {ch.slug} (tier {tier}, seed {seed})", flush=True)
-
-    def report(r: Result) -> None:
-        passed, total = r.claims
-        extra = f": {r.error}" if r.error else ""
-        print(f"[{r.verdict.lower()}] {r.chapter} {r.slug} in {r.seconds:.1f}s, "
-              f"claims {passed}/{total}{extra}", flush=True)
-
-    results: list[Result] = []
-    if workers <= 1 or len(jobs) == 1:
-        for ch, tier, seed, params in jobs:
-            announce(ch, tier, seed)
-            results.append(execute(ch, tier, seed, params, out_dir, inplace, verbose))
-            report(results[-1])
-        return results
-    with ProcessPoolExecutor(max_workers=workers) as pool:
-        futures = []
-        for ch, tier, seed, params in jobs:
-            announce(ch, tier, seed)
-            futures.append(pool.submit(execute, ch, tier, seed, params, out_dir, inplace))
-        for fut in futures:
-            results.append(fut.result())
-            report(results[-1])
-    return results
+    return run_jobs([Job(*j) for j in jobs], Path(out_dir), workers=workers, inplace=inplace,
+                    verbose=verbose)

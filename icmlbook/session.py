@@ -3,8 +3,9 @@
     run = icmlbook.start("05_conformal_betting", tier=tier, seed=seed, params={...})
     cfg = run.pick(smoke=dict(T=3000), default=dict(T=6000))
     ...
-    run.claim("long-run validity", value=dev, op="<=", threshold=0.015,
-              statement="KT-ACI's long-run miscoverage is within 0.015 of alpha")
+    run.claim("validity at every scale", gap, "<=", C_GAP, "KT-ACI's miscoverage ...",
+              versus="ablation", against="the same bettor with a fixed stake")   # paper claim
+    run.check("wealth identity (Eq. 5)", err, "<=", C_IDENTITY, "W_T = eps + sum c_t s_t")
     run.verdict()      # the robust verdict table; raises ClaimFailed at default/full
     ...
     run.finish()       # embeds the machine-readable record in the notebook
@@ -32,6 +33,16 @@ class ClaimFailed(AssertionError):
     """One or more claim checks failed at a tier where claims are enforced."""
 
 
+KINDS = ("paper", "check", "unsorted")
+"""paper: what the paper says its method does, isolating an ingredient or against a
+baseline; check: identities, closed forms, premises, counts; unsorted: declared with
+``claim()`` but without ``versus`` (chapters written before the two kinds existed)."""
+VERSUS = ("ablation", "baseline")
+"""What a paper claim isolates: the key ingredient against its ablation, or the method
+against the strongest fair baseline."""
+SECTIONS = {"paper": "paper claims", "check": "checks", "unsorted": "claims"}
+
+
 @dataclass
 class Claim:
     name: str
@@ -40,6 +51,9 @@ class Claim:
     op: str
     threshold: float
     passed: bool
+    kind: str = "paper"
+    versus: str | None = None
+    against: str | None = None
 
 
 class Session:
@@ -69,22 +83,44 @@ class Session:
 
     # -- claims ---------------------------------------------------------------
     def claim(self, name: str, value: float, op: str, threshold: float, statement: str,
-              digits: int = 4) -> bool:
-        """Declare a claim check ``value op threshold`` and print its measurement.
+              *, versus: str | None = None, against: str | None = None, digits: int = 4) -> bool:
+        """A paper claim ``value op threshold``: what the paper says its method does.
 
-        The threshold is fixed in the chapter before the run; ``statement`` says
-        what the paper claims, at our scale. Returns whether it holds.
+        ``versus`` names what it isolates, ``"ablation"`` (the key ingredient against
+        the method without it) or ``"baseline"`` (against the strongest fair baseline),
+        and ``against`` names that ablation or baseline. The threshold is a named
+        constant fixed before the run. Prints the measurement; returns whether it holds.
         """
-        if op not in _OPS:
-            raise ValueError(f"claim {name!r}: op must be one of {list(_OPS)}; got {op!r}")
-        if any(c.name == name for c in self.claims):
-            raise ValueError(f"claim {name!r} declared twice")
-        value = float(value)
-        passed = bool(math.isfinite(value) and _OPS[op](value, threshold))
-        self.claims.append(Claim(name, statement, value, op, float(threshold), passed))
-        print(f"{'PASS' if passed else 'FAIL'}  {name}: measured {value:.{digits}g} "
-              f"(needs {op} {threshold:.10g})")
-        return passed
+        if versus is None and against is None:
+            kind = "unsorted"
+        elif versus not in VERSUS or not against:
+            raise ValueError(f"claim {name!r}: versus must be one of {list(VERSUS)} and "
+                             f"against must name the ablation or baseline")
+        else:
+            kind = "paper"
+        return self._declare(Claim(name, statement, float(value), op, float(threshold), False,
+                                   kind, versus, against), digits)
+
+    def check(self, name: str, value: float, op: str, threshold: float, statement: str,
+              *, digits: int = 4) -> bool:
+        """A sanity check ``value op threshold``: an identity, closed form, brute-force
+        agreement, premise of the data or count fixed by construction. Enforced like a
+        claim, shown apart: it must hold if the code is right, but is no evidence for
+        the paper."""
+        return self._declare(Claim(name, statement, float(value), op, float(threshold), False,
+                                   "check"), digits)
+
+    def _declare(self, c: Claim, digits: int) -> bool:
+        if c.op not in _OPS:
+            raise ValueError(f"claim {c.name!r}: op must be one of {list(_OPS)}; got {c.op!r}")
+        if any(old.name == c.name for old in self.claims):
+            raise ValueError(f"claim {c.name!r} declared twice")
+        c.passed = bool(math.isfinite(c.value) and _OPS[c.op](c.value, c.threshold))
+        self.claims.append(c)
+        tag = "[check] " if c.kind == "check" else ""
+        print(f"{'PASS' if c.passed else 'FAIL'}  {tag}{c.name}: measured {c.value:.{digits}g} "
+              f"(needs {c.op} {c.threshold:.10g})")
+        return c.passed
 
     def metric(self, name: str, value: Any) -> Any:
         """Record a key number (or small list/dict) in the run record."""
@@ -92,23 +128,38 @@ class Session:
         return value
 
     def verdict(self) -> None:
-        """Print the verdict table (robust text only) and enforce the claims.
+        """Print the verdict table (robust text only) and enforce claims and checks.
 
-        The table shows names, thresholds and verdicts, not the measured values
-        (printed by :meth:`claim`), so that nbval can compare it across machines.
-        At default/full a failed claim raises :class:`ClaimFailed`; at smoke it
-        is recorded only.
+        Paper claims and checks are shown in two sections. The table shows names,
+        thresholds and verdicts, not the measured values (printed by :meth:`claim`), so
+        that nbval can compare it across machines. At default/full a failed claim or
+        check raises :class:`ClaimFailed`; at smoke it is recorded only.
         """
         if len(self.claims) < 1:
             raise ValueError("verdict(): no claims were declared")
         width = max(len(c.name) for c in self.claims)
-        print(f"{'claim':<{width}}  {'needs':<12}  verdict")
-        for c in self.claims:
-            print(f"{c.name:<{width}}  {c.op + ' ' + format(c.threshold, '.10g'):<12}  "
-                  f"{'PASS' if c.passed else 'FAIL'}")
-        n_ok = sum(c.passed for c in self.claims)
         mode = "enforced" if self.enforced else "recorded, not enforced"
-        print(f"{n_ok}/{len(self.claims)} claims hold (tier {self.tier}: {mode})")
+        kinds = [k for k in KINDS if any(c.kind == k for c in self.claims)]
+        if kinds == ["unsorted"]:  # a chapter written before the two kinds: its old table
+            print(f"{'claim':<{width}}  {'needs':<12}  verdict")
+            for c in self.claims:
+                print(f"{c.name:<{width}}  {c.op + ' ' + format(c.threshold, '.10g'):<12}  "
+                      f"{'PASS' if c.passed else 'FAIL'}")
+            n_ok = sum(c.passed for c in self.claims)
+            print(f"{n_ok}/{len(self.claims)} claims hold (tier {self.tier}: {mode})")
+        else:
+            width = max(width + 2, *(len(SECTIONS[k]) for k in kinds))
+            print(f"{'':<{width}}  {'needs':<12}  {'isolates':<8}  verdict")
+            counts = []
+            for k in kinds:
+                group = [c for c in self.claims if c.kind == k]
+                print(SECTIONS[k])
+                for c in group:
+                    print(f"  {c.name:<{width - 2}}  "
+                          f"{c.op + ' ' + format(c.threshold, '.10g'):<12}  "
+                          f"{c.versus or '-':<8}  {'PASS' if c.passed else 'FAIL'}")
+                counts.append(f"{sum(c.passed for c in group)}/{len(group)} {SECTIONS[k]}")
+            print(f"{' and '.join(counts)} hold (tier {self.tier}: {mode})")
         failed = [c for c in self.claims if not c.passed]
         if failed and self.enforced:
             self._emit_record()

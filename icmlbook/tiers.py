@@ -1,16 +1,57 @@
-"""Tiers (smoke / default / full), seeding and device choice."""
+"""Tiers (smoke / default / full) and their rules in one table; seeding and device choice.
+
+The runner, the widgets, ``icmlbook bench`` and the CLI all read :data:`RULES`, so a
+tier's behaviour is changed here and nowhere else. This module imports nothing from
+the rest of the package (``params`` imports it, not the other way round).
+"""
 from __future__ import annotations
 
 import random
+from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any
 
-TIERS = ("smoke", "default", "full")
-"""smoke: every code path at tiny sizes (tests); default: what readers run and
-what is committed; full: closer to the paper's scale, on a GPU when present."""
 
-ENFORCED_TIERS = ("default", "full")
-"""Claims are enforced at these tiers and only recorded at smoke."""
+@dataclass(frozen=True)
+class TierRules:
+    """What a tier does. ``None`` for a limit means: none."""
+
+    purpose: str
+    enforce_claims: bool  # failed claims and checks raise at verdict() (else: recorded only)
+    cell_timeout_s: float | None  # a single cell running longer fails the run
+    budget_s: float | None  # wall seconds per chapter on a 2-core CPU, kernel start included
+    memory_mb: float | None  # peak resident memory per chapter
+    exercise_widgets: bool  # widgets are driven to every extreme of every control
+    cuda: bool  # a GPU is used when present
+
+
+RULES: dict[str, TierRules] = {
+    "smoke": TierRules("every code path at tiny sizes (the tests)", enforce_claims=False,
+                       cell_timeout_s=120, budget_s=15, memory_mb=1536,
+                       exercise_widgets=True, cuda=False),
+    "default": TierRules("what readers run and what is committed", enforce_claims=True,
+                         cell_timeout_s=600, budget_s=120, memory_mb=1536,
+                         exercise_widgets=False, cuda=False),
+    "full": TierRules("closer to the paper's scale, on a GPU when present",
+                      enforce_claims=True, cell_timeout_s=None, budget_s=None, memory_mb=None,
+                      exercise_widgets=False, cuda=True),
+}
+
+TIERS = tuple(RULES)
+"""smoke, default, full: in increasing size."""
+
+ENFORCED_TIERS = tuple(t for t, r in RULES.items() if r.enforce_claims)
+"""Claims are enforced at these tiers and only recorded at the others."""
+
+NOTEBOOK_MB = 1.5
+"""Largest committed notebook."""
+
+
+def rules(tier: str) -> TierRules:
+    """The rules of ``tier``; a ValueError names the tiers for anything else."""
+    if tier not in RULES:
+        raise ValueError(f"tier must be one of {', '.join(TIERS)}; got {tier!r}")
+    return RULES[tier]
 
 
 def pick(tier: str, **per_tier: dict[str, Any]) -> SimpleNamespace:
@@ -19,9 +60,7 @@ def pick(tier: str, **per_tier: dict[str, Any]) -> SimpleNamespace:
     A tier that is not given falls back to the next smaller one (full -> default),
     so a chapter with nothing bigger to do at full just omits it.
     """
-    from icmlbook.params import check_tier
-
-    check_tier(tier)
+    rules(tier)
     unknown = set(per_tier) - set(TIERS)
     if unknown:
         raise ValueError(f"pick(): unknown tier keys {sorted(unknown)}; use {TIERS}")
@@ -50,15 +89,15 @@ def seed_everything(seed: int, torch: bool = True) -> None:
 def configure_torch(tier: str, threads: int = 1) -> str:
     """Set torch's threads; return the device name.
 
-    CUDA is used only at the ``full`` tier and only when present. On the CPU,
-    one thread is the default: on 2 cores a tiny model's step was measured 15x
-    faster with 1 thread than with 2 (see CONVENTIONS). A chapter with large
+    CUDA is used only where the tier's rules allow it (full) and only when present.
+    On the CPU, one thread is the default: on 2 cores a tiny model's step was measured
+    15x faster with 1 thread than with 2 (see CONVENTIONS). A chapter with large
     matmuls may pass more and say so.
     """
     import torch
 
     torch.set_num_threads(max(1, int(threads)))
-    if tier == "full" and torch.cuda.is_available():
+    if rules(tier).cuda and torch.cuda.is_available():
         return "cuda"
     # No torch.use_deterministic_algorithms here: it imports torch's compiler stack
     # (measured 1.7 s per chapter, a tenth of the smoke budget), and the CPU kernels the

@@ -49,7 +49,7 @@ def explore(update: Callable[..., Any], controls: dict[str, Any], *, run: Any = 
     """Show ``controls`` (name -> ipywidget) and call ``update(**values)`` on every change.
 
     ``update`` draws with matplotlib and ends with ``plt.show()``. ``exercise``
-    (default: ``run.tier == "smoke"``) moves each control through
+    (default: the tier's ``exercise_widgets`` rule, on at smoke) moves each control through
     :func:`extremes` and raises if any value makes ``update`` fail.
 
     Headless (``ICMLBOOK_HEADLESS=1``: papermill, nbval, the tests) the default view is
@@ -102,7 +102,10 @@ def explore(update: Callable[..., Any], controls: dict[str, Any], *, run: Any = 
     if errors:
         raise RuntimeError("the widget failed with its defaults: " + errors[0])
     if exercise is None:
-        exercise = run is not None and getattr(run, "tier", None) == "smoke"
+        from icmlbook.tiers import RULES
+
+        tier_rules = RULES.get(getattr(run, "tier", None))
+        exercise = bool(tier_rules and tier_rules.exercise_widgets)
     if exercise:
         paused[0] = True
         try:
