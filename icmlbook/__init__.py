@@ -1,7 +1,8 @@
 """icmlbook: the small support library of *ICML 2024, from scratch*.
 
 Plumbing only: tiers and seeding, parameter checks, claim checks and the
-run record, progress, plot style, widgets, the batch runner. The papers'
+run record, progress, plot style, widgets, the batch runner and sweeps, results
+files and the reproduction report. The papers'
 algorithms live in the chapters (``book/chNN_slug.py``).
 
 ``import icmlbook`` is light: torch, matplotlib and ipywidgets are imported
@@ -32,6 +33,8 @@ _EXPORTS = {
     "use_style": "plot",
     "read_record": "record",
     "MLP": "nn",
+    "sweep": "sweep",
+    "across_seeds": "results",
 }
 
 __all__ = sorted(_EXPORTS) + ["__version__"]

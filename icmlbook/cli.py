@@ -1,9 +1,11 @@
-"""The ``icmlbook`` command: list, run and benchmark chapters.
+"""The ``icmlbook`` command: list, run, sweep and benchmark chapters; write the report.
 
     icmlbook list
     icmlbook run 5 --tier smoke --seed 3 --json r.json
     icmlbook run --all --jobs 2 --out runs/
     icmlbook run 05 --inplace            # re-execute the committed notebook
+    icmlbook sweep 5 16 --seeds 0-9      # chapters x seeds on Dask, a tidy table
+    icmlbook sweep 5 --seeds 0-9 --update-results && icmlbook report
     icmlbook bench --all --out bench.md
 
 Bad input (unknown chapter, tier or parameter, a value the chapter rejects)
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -59,6 +62,29 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("-v", "--verbose", action="store_true", help="stream each chapter's "
                      "printed output (progress lines) while it runs (with --jobs 1)")
     run.set_defaults(func=cmd_run)
+
+    sw = sub.add_parser("sweep", help="chapters x seeds on Dask: a tidy table of every claim")
+    _add_selection(sw)
+    sw.add_argument("--seeds", default="0-9", help="e.g. 0-9, 3, 0,2,5-7 (default: %(default)s)")
+    sw.add_argument("--tier", default="default", choices=TIERS, help="default: %(default)s")
+    sw.add_argument("-p", "--param", nargs=2, action="append", default=[],
+                    metavar=("NAME", "VALUE"), help="set a chapter parameter (repeatable)")
+    sw.add_argument("--workers", type=int, default=None, help="workers of the embedded "
+                    "LocalCluster (default: one per core)")
+    sw.add_argument("--scheduler", metavar="ADDRESS", help="an existing Dask scheduler, e.g. "
+                    "tcp://HOST:8786, instead of the embedded cluster")
+    sw.add_argument("--out", default="sweeps", help="folder for records/, notebooks/, "
+                    "sweep.parquet and sweep.csv (default: %(default)s)")
+    sw.add_argument("--json", metavar="FILE", help="also write the runs' records here")
+    sw.add_argument("--resume", action="store_true", help="skip runs already recorded in "
+                    "OUT/records for the same chapter code")
+    sw.add_argument("--update-results", action="store_true", help="write results/chNN_slug.csv "
+                    "(needs --seeds 0-9 at the default tier, no -p)")
+    sw.set_defaults(func=cmd_sweep)
+
+    rep = sub.add_parser("report", help="write the reproduction report page from results/")
+    rep.add_argument("--check", action="store_true", help="exit 1 if the page is not current")
+    rep.set_defaults(func=cmd_report)
 
     bench = sub.add_parser("bench", help="time chapters at smoke and default against budgets")
     _add_selection(bench)
@@ -113,10 +139,58 @@ def cmd_list(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_run(args: argparse.Namespace) -> int:
+def _jobs(chapters: list[Any], tier: str, seeds: list[int], overrides: dict[str, Any]) -> list:
+    """Validate every chapter's parameters in-process (no kernel); the runs to do."""
     from icmlbook.chapters import validate
     from icmlbook.params import ParameterError
+    from icmlbook.sweep import Job
+
+    jobs = []
+    for ch in chapters:
+        try:
+            params = validate(ch, {**overrides, "tier": tier, "seed": seeds[0]})
+        except ParameterError as exc:
+            msg = str(exc)
+            prefix = "" if msg.startswith("chapter ") else f"chapter {ch.number} ({ch.slug}): "
+            raise UsageError(prefix + msg) from exc
+        params.pop("tier"), params.pop("seed")
+        jobs += [Job(ch, tier, seed, params) for seed in seeds]
+    return jobs
+
+
+def _writable_file(path: str | None, flag: str) -> None:
+    if path is None:
+        return
+    p = Path(path)
+    if p.is_dir() or not p.parent.is_dir():
+        raise UsageError(f"{flag} {path!r}: needs a file in an existing folder")
+
+
+def _writable_dir(path: str, flag: str) -> None:
+    p = Path(path)
+    if not path or (p.exists() and not p.is_dir()):
+        raise UsageError(f"{flag} {path!r}: needs a folder")
+
+
+def parse_seeds(spec: str) -> list[int]:
+    """``0-9``, ``3``, ``0,2,5-7`` -> sorted distinct seeds (UsageError otherwise)."""
+    seeds: set[int] = set()
+    for part in str(spec).split(","):
+        part = part.strip()
+        lo, sep, hi = part.partition("-")
+        try:
+            a, b = (int(lo), int(hi)) if sep else (int(part), int(part))
+        except ValueError:
+            raise UsageError(f"--seeds: {part!r} is not a seed or a range like 0-9") from None
+        if not (0 <= a <= b < 2**31) or b - a > 100000:
+            raise UsageError(f"--seeds: {part!r} is not a range of seeds in [0, 2**31)")
+        seeds.update(range(a, b + 1))
+    return sorted(seeds)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
     from icmlbook.runner import run_many
+    from icmlbook.sweep import Interrupted
 
     chapters = _select(args)
     if args.jobs < 1:
@@ -127,18 +201,17 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.inplace and (args.tier != "default" or args.seed != 0 or overrides):
         raise UsageError("--inplace stores the committed outputs: default tier, seed 0, "
                          "no -p (use --out for other runs)")
-    jobs = []
-    for ch in chapters:
-        try:
-            params = validate(ch, {**overrides, "tier": args.tier, "seed": args.seed})
-        except ParameterError as exc:
-            msg = str(exc)
-            prefix = "" if msg.startswith("chapter ") else f"chapter {ch.number} ({ch.slug}): "
-            raise UsageError(prefix + msg) from exc
-        params.pop("tier"), params.pop("seed")
-        jobs.append((ch, args.tier, args.seed, params))
-    out = Path(args.out)
-    results = run_many(jobs, out, args.inplace, workers=args.jobs, verbose=args.verbose)
+    _writable_dir(args.out, "--out")
+    _writable_file(args.json, "--json")
+    jobs = [(j.chapter, j.tier, j.seed, j.params)
+            for j in _jobs(chapters, args.tier, [args.seed], overrides)]
+    status = 0
+    try:
+        results = run_many(jobs, Path(args.out), args.inplace, workers=min(args.jobs, len(jobs)),
+                           verbose=args.verbose)
+    except Interrupted as exc:
+        print(f"\ninterrupted: {len(exc.results)} run(s) had finished", file=sys.stderr)
+        results, status = exc.results, 130
     _table(results)
     if args.json:
         Path(args.json).write_text(json.dumps([r.as_json() for r in results], indent=2) + "\n")
@@ -146,15 +219,78 @@ def cmd_run(args: argparse.Namespace) -> int:
     for r in failed:
         print(f"\nchapter {r.chapter} ({r.slug}) failed in {r.error}\n  "
               f"executed notebook: {r.output}", file=sys.stderr)
-    return 1 if failed else 0
+    return status or (1 if failed else 0)
 
 
 def _table(results: list[Any]) -> None:
-    print(f"\n{'chapter':<34} {'tier':<8} {'seed':>4} {'seconds':>8} {'claims':>7}  verdict")
+    print(f"\n{'chapter':<34} {'tier':<8} {'seed':>4} {'seconds':>8} {'paper':>6} "
+          f"{'checks':>6} {'other':>6}  verdict")
     for r in results:
-        passed, total = r.claims
         print(f"{r.chapter + ' ' + r.slug:<34} {r.tier:<8} {r.seed:>4} {r.seconds:>8.1f} "
-              f"{f'{passed}/{total}':>7}  {r.verdict}")
+              f"{r.kind_counts('paper') or '-':>6} {r.kind_counts('check') or '-':>6} "
+              f"{r.kind_counts('unsorted') or '-':>6}  {r.verdict}")
+
+
+def cmd_sweep(args: argparse.Namespace) -> int:
+    from icmlbook.sweep import Interrupted, run_jobs, tidy, write_tables
+
+    chapters = _select(args)
+    seeds = parse_seeds(args.seeds)
+    overrides = dict(args.param)
+    if args.workers is not None and args.workers < 1:
+        raise UsageError("--workers must be at least 1")
+    if args.update_results and (seeds != list(range(10)) or args.tier != "default" or overrides):
+        raise UsageError("--update-results writes the committed results: --seeds 0-9, "
+                         "--tier default, no -p")
+    _writable_dir(args.out, "--out")
+    _writable_file(args.json, "--json")
+    jobs = _jobs(chapters, args.tier, seeds, overrides)
+    out = Path(args.out)
+    workers = min(args.workers or os.cpu_count() or 1, len(jobs))
+    status = 0
+    try:
+        results = run_jobs(jobs, out / "notebooks", workers=workers, scheduler=args.scheduler,
+                           records_dir=out / "records", resume=args.resume)
+    except Interrupted as exc:
+        print(f"\ninterrupted: {len(exc.results)} finished run(s) are in {out / 'records'}; "
+              "--resume continues", file=sys.stderr)
+        results, status = exc.results, 130
+    except OSError as exc:  # e.g. no scheduler at --scheduler
+        raise UsageError(f"cannot reach the Dask scheduler {args.scheduler}: {exc}") from exc
+    df = tidy(results)
+    paths = write_tables(df, out)
+    _table(results)
+    print(f"\n{len(df)} rows ({len(results)} runs) in " + " and ".join(map(str, paths)))
+    if args.json:
+        Path(args.json).write_text(json.dumps([r.as_json() for r in results], indent=2) + "\n")
+    if args.update_results and status == 0:
+        from icmlbook.results import write_results
+
+        for ch in chapters:
+            try:
+                print(f"results: {write_results(ch, df)}")
+            except ValueError as exc:
+                print(f"results: {exc}", file=sys.stderr)
+                status = 1
+    failed = [r for r in results if not r.ok]
+    return status or (1 if failed else 0)
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from icmlbook.chapters import book_root
+    from icmlbook.report import PAGE, render, write
+
+    try:
+        root = book_root(args.root)
+    except FileNotFoundError as exc:
+        raise UsageError(str(exc)) from exc
+    if args.check:
+        current = (root / PAGE).exists() and (root / PAGE).read_text(encoding="utf-8") == \
+            render(root)
+        print(f"{PAGE}: {'current' if current else 'NOT current: run `icmlbook report`'}")
+        return 0 if current else 1
+    print(f"written {write(root)}")
+    return 0
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
