@@ -37,7 +37,15 @@
 #
 # **The claim.** Long-run miscoverage converges to $\alpha$ with no tuning at any score
 # scale, and the intervals are about as narrow as those of the best hand-tuned ACI.
-# We check both, and the fragility of ACI's learning rate, on a shifting AR(1) stream.
+# We test it on a shifting AR(1) stream at three score scales spanning four decades,
+# in two ways. Against its own ablation: the same pinball-loss gradients with a
+# learning rate in place of the bet (ACI), where we give ACI the *one* rate that does
+# best over all scales, chosen in hindsight. Against the strongest fair baseline:
+# scale-free OGD (SF-OGD), which is told the score bound from a calibration set, and
+# ACI with its rate tuned per stream on the test data. Widths are compared at matched
+# coverage, so a method cannot look narrow by missing more often. What this book
+# adds or changes: one synthetic stream family instead of the paper's stock prices,
+# the coverage-matched width, and the one-rate-for-all-scales ablation.
 
 # %% tags=["parameters"]
 tier = "default"  # smoke | default | full: size of the experiment
@@ -71,16 +79,15 @@ run = icmlbook.start("05_conformal_betting", tier=tier, seed=seed, torch=False,
                      params=dict(alpha=alpha, initial_wealth=initial_wealth, window=window))
 icmlbook.use_style()
 cfg = run.pick(
-    smoke=dict(T=3000, rate_T=5000, rate_reps=2, widget_T=800, eta_grid=9,
-               validity_tol=0.025),
-    default=dict(T=6000, rate_T=50000, rate_reps=8, widget_T=2000, eta_grid=17,
-                 validity_tol=0.015),
-    full=dict(T=20000, rate_T=200000, rate_reps=20, widget_T=4000, eta_grid=33,
-              validity_tol=0.010),
+    smoke=dict(T=3000, rate_T=5000, rate_reps=2, widget_T=800, eta_grid=9),
+    default=dict(T=6000, rate_T=50000, rate_reps=8, widget_T=2000, eta_grid=17),
+    full=dict(T=20000, rate_T=200000, rate_reps=20, widget_T=4000, eta_grid=33),
 )
 ALPHAS = (0.05, 0.1, 0.2)  # miscoverage levels of the claim sweep
 SCALES = (0.01, 1.0, 100.0)  # score-scale multipliers of the claim sweep
 SIGMAS = (1.0, 5.0, 0.5)  # noise level of the three segments (two changepoints)
+TUNE_TOL = 0.015  # a learning rate counts as valid when its long-run gap is at most this
+COLOURS = {"KT": "C0", "ONS": "C1", "OGD": "C2", "SF-OGD": "C3"}  # one colour per method
 print(f"tier {tier}: T = {cfg.T} steps per stream, {len(ALPHAS) * len(SCALES)} streams "
       f"in the sweep, OGD grid of {cfg.eta_grid} learning rates")
 
@@ -262,6 +269,14 @@ def sf_ogd_aci(scores, alpha, D):
 # with an oracle that knows where the changepoints are and plays, in each segment, the
 # empirical $(1-\alpha)$-quantile of that segment's scores. Local coverage over a
 # rolling window shows how fast a learner re-adapts after a changepoint.
+#
+# Widths are only comparable at equal coverage: a learner that misses a little more
+# often than $\alpha$ is a little narrower for free. So we compare *excess widths*:
+# each learner's mean width divided by the oracle's width at the miscoverage that
+# learner actually reached,
+#
+# $$\mathrm{excess} = \frac{\overline{s^+}}{\overline{q}_{1-\widehat{\mathrm{err}}}},
+#   \qquad \widehat{\mathrm{err}} = \frac1T\sum_t \mathrm{err}_t . \tag{9}$$
 
 # %%
 def miscoverage_gap(scores, radius, alpha):
@@ -285,6 +300,12 @@ def oracle_width(scores, segments, alpha):
     for k in np.unique(segments):
         q[segments == k] = np.quantile(scores[segments == k], 1 - alpha)
     return q.mean()
+
+
+def excess_width(scores, segments, radius):
+    """Eq. 9: mean width over the oracle's width at the learner's own miscoverage."""
+    reached = np.mean(scores > radius, axis=0)
+    return mean_width(radius) / oracle_width(scores, segments, reached)
 
 
 def rolling_coverage(scores, radius, w):
@@ -327,15 +348,18 @@ plt.show()
 # %% [markdown]
 # ### One stream, four learners
 #
-# First the showcase stream at scale 1 with the chapter's `alpha`. OGD gets $\eta = 1$,
-# a sensible rate *at this scale*; the bettors get nothing but $\varepsilon$.
+# First the showcase stream at scale 1 with the chapter's `alpha`. KT and ONS are the
+# paper's two bettors; OGD gets $\eta = 1$, a sensible rate *at this scale*; SF-OGD
+# gets the score bound of the first 100 steps; the bettors get nothing but
+# $\varepsilon$. Colours are fixed for the chapter: KT blue, ONS orange, OGD green,
+# SF-OGD red.
 
 # %%
 D_calib = base_scores[:100].max()
 showcase = {
-    "KT (ours)": kt_aci(base_scores, alpha, initial_wealth)[0],
+    "KT": kt_aci(base_scores, alpha, initial_wealth)[0],
     "ONS": ons_aci(base_scores, alpha, initial_wealth)[0],
-    "OGD, eta = 1": ogd_aci(base_scores, alpha, 1.0),
+    "OGD": ogd_aci(base_scores, alpha, 1.0),
     "SF-OGD": sf_ogd_aci(base_scores, alpha, D_calib),
 }
 kt_wealth = kt_aci(base_scores, alpha, initial_wealth)[1]
@@ -348,16 +372,16 @@ for name, r in showcase.items():
 # %%
 fig, axes = plt.subplots(3, 1, figsize=(7, 6.4), sharex=True)
 axes[0].plot(base_scores, lw=0.4, color="0.7", label="score $S_t$")
-for i, (name, r) in reversed(list(enumerate(showcase.items()))):
-    axes[0].plot(r, lw=1, label=name, color=f"C{i}", zorder=3 + (i == 0))
+for name, r in reversed(list(showcase.items())):
+    axes[0].plot(r, lw=1, label=name, color=COLOURS[name], zorder=3 + (name == "KT"))
 axes[0].set(ylabel="radius $s_t$", ylim=(0, np.quantile(base_scores, 0.995) * 1.3))
 axes[0].legend(ncol=5, loc="upper left")
 t_roll = np.arange(window - 1, cfg.T)
-for i, (name, r) in reversed(list(enumerate(showcase.items()))):
-    axes[1].plot(t_roll, rolling_coverage(base_scores, r, window), lw=1, color=f"C{i}")
+for name, r in reversed(list(showcase.items())):
+    axes[1].plot(t_roll, rolling_coverage(base_scores, r, window), lw=1, color=COLOURS[name])
 axes[1].axhline(1 - alpha, color="k", ls="--", lw=1)
 axes[1].set(ylabel=f"coverage\n(window {window})")
-axes[2].semilogy(kt_wealth, color="C0")
+axes[2].semilogy(kt_wealth, color=COLOURS["KT"])
 axes[2].set(xlabel="t", ylabel="KT wealth $W_t$")
 for ax in axes:
     for k in range(1, len(SIGMAS)):
@@ -377,7 +401,7 @@ local_dev = {name: float(np.max(np.abs(rolling_coverage(base_scores, r, window) 
              for name, r in showcase.items()}
 for name, d in local_dev.items():
     print(f"{name:<14} worst local coverage deviation (window {window}): {d:.3f}")
-run.metric("local_coverage_deviation", local_dev)
+run.metric("local_coverage_deviation", local_dev);
 
 # %% [markdown]
 # ### The rate of Eq. 7
@@ -401,7 +425,7 @@ slope = np.polyfit(np.log(t_axis[late]), np.log(mean_gap[late]), 1)[0]
 
 fig, ax = plt.subplots(figsize=(5, 3))
 ax.loglog(t_axis, running_gap, lw=0.3, color="0.75")
-ax.loglog(t_axis, mean_gap, color="C0", label=f"KT, mean of {cfg.rate_reps} streams")
+ax.loglog(t_axis, mean_gap, color=COLOURS["KT"], label=f"KT, mean of {cfg.rate_reps} streams")
 ref = np.sqrt(np.log(t_axis + 1) / t_axis)
 anchor = cfg.rate_T // 100
 ax.loglog(t_axis, ref * mean_gap[anchor] / ref[anchor], "k--", lw=1,
@@ -411,55 +435,97 @@ ax.legend()
 plt.show()
 print(f"fitted log-log slope of the mean gap over t >= {cfg.rate_T // 100}: {slope:.2f} "
       f"(Eq. 7: about -0.5)")
-run.metric("rate_slope", float(slope))
+run.metric("rate_slope", float(slope));
 
 # %% [markdown]
 # ### The sweep: three scales and three miscoverage levels
 #
 # Now every combination of score scale $\{0.01, 1, 100\}$ and $\alpha \in \{0.05, 0.1,
 # 0.2\}$, nine streams run side by side (the learners broadcast over the last axis).
-# The bettors keep $\varepsilon = 1$ at every scale: no tuning. OGD is run over a grid
-# of learning rates spanning four decades around each scale, and the best rate that
-# achieves valid coverage (gap at most the validity tolerance) is kept: the oracle bar.
+# The bettors keep $\varepsilon = 1$ at every scale: no tuning. SF-OGD gets each
+# stream's score bound from its first 100 steps. OGD is run over a grid of learning
+# rates spanning four decades around each scale, and on each stream the valid rate
+# (gap at most `TUNE_TOL`) with the smallest excess width is kept: tuned on the test
+# stream itself, a bar no forecaster could set in advance.
 
 # %%
 scale_col = np.repeat(SCALES, len(ALPHAS))  # stream b has scale scale_col[b]
 alpha_col = np.tile(ALPHAS, len(SCALES))  # ... and level alpha_col[b]
 sweep_scores = base_scores[:, None] * scale_col[None, :]  # (T, 9)
 
-kt_r = kt_aci(sweep_scores, alpha_col, initial_wealth)[0]
-ons_r = ons_aci(sweep_scores, alpha_col, initial_wealth)[0]
-sf_r = sf_ogd_aci(sweep_scores, alpha_col, sweep_scores[:100].max(axis=0))
-eta_rel = np.logspace(-3, 1, cfg.eta_grid)  # learning rates, relative to the scale
-grid_r = ogd_aci(sweep_scores[:, :, None], alpha_col[:, None],
-                 eta_rel[None, :] * scale_col[:, None])  # (T, 9, grid)
-grid_gap = miscoverage_gap(sweep_scores[:, :, None], grid_r, alpha_col[:, None])
-grid_width = np.where(grid_gap <= cfg.validity_tol, mean_width(grid_r), np.inf)
-best_ogd_width = grid_width.min(axis=1)
-oracle_w = oracle_width(sweep_scores, segments, alpha_col)
+sweep_r = {
+    "KT": kt_aci(sweep_scores, alpha_col, initial_wealth)[0],
+    "ONS": ons_aci(sweep_scores, alpha_col, initial_wealth)[0],
+    "SF-OGD": sf_ogd_aci(sweep_scores, alpha_col, sweep_scores[:100].max(axis=0)),
+}
+gap = {k: miscoverage_gap(sweep_scores, r, alpha_col) for k, r in sweep_r.items()}
+excess = {k: excess_width(sweep_scores, segments, r) for k, r in sweep_r.items()}
 
-rows = []
+eta_rel = np.logspace(-3, 1, cfg.eta_grid)  # learning rates, relative to the scale
+grid_gap, grid_excess = [], []
+for e in eta_rel:  # one rate (relative to each stream's scale) at a time
+    r = ogd_aci(sweep_scores, alpha_col, e * scale_col)
+    grid_gap.append(miscoverage_gap(sweep_scores, r, alpha_col))
+    grid_excess.append(excess_width(sweep_scores, segments, r))
+grid_gap, grid_excess = np.array(grid_gap), np.array(grid_excess)  # (grid, 9)
+excess["OGD, tuned per stream"] = np.where(grid_gap <= TUNE_TOL, grid_excess, np.inf).min(axis=0)
+
+print(f"{'scale':>6} {'alpha':>5} | {'gap KT':>7} {'gap ONS':>7} {'gap SF':>7} | excess width: "
+      f"{'KT':>6} {'ONS':>6} {'SF-OGD':>6} {'OGD tuned':>9}")
 for b in range(len(scale_col)):
-    rows.append((scale_col[b], alpha_col[b],
-                 miscoverage_gap(sweep_scores[:, b], kt_r[:, b], alpha_col[b]),
-                 miscoverage_gap(sweep_scores[:, b], ons_r[:, b], alpha_col[b]),
-                 miscoverage_gap(sweep_scores[:, b], sf_r[:, b], alpha_col[b]),
-                 mean_width(kt_r[:, b]) / oracle_w[b],
-                 mean_width(kt_r[:, b]) / best_ogd_width[b]))
-print(f"{'scale':>6} {'alpha':>5} | {'gap KT':>7} {'gap ONS':>7} {'gap SF':>7} | "
-      f"{'KT width/oracle':>15} {'KT width/best OGD':>17}")
-for row in rows:
-    print(f"{row[0]:>6g} {row[1]:>5g} | {row[2]:>7.4f} {row[3]:>7.4f} {row[4]:>7.4f} | "
-          f"{row[5]:>15.3f} {row[6]:>17.3f}")
+    print(f"{scale_col[b]:>6g} {alpha_col[b]:>5g} | {gap['KT'][b]:>7.4f} {gap['ONS'][b]:>7.4f} "
+          f"{gap['SF-OGD'][b]:>7.4f} | {'':>13} {excess['KT'][b]:>6.3f} {excess['ONS'][b]:>6.3f} "
+          f"{excess['SF-OGD'][b]:>6.3f} {excess['OGD, tuned per stream'][b]:>9.3f}")
+kt_vs_sf = float(np.max(excess["KT"] / excess["SF-OGD"]))
+kt_vs_tuned = float(np.max(excess["KT"] / excess["OGD, tuned per stream"]))
+print(f"worst stream: KT's excess width is {kt_vs_sf:.3f} x SF-OGD's and {kt_vs_tuned:.3f} x "
+      f"tuned OGD's; worst gap KT {gap['KT'].max():.4f}, SF-OGD {gap['SF-OGD'].max():.4f}")
 
 # %% [markdown]
-# ### How fragile is a fixed learning rate?
+# Two things to read off the table. KT's excess width matches SF-OGD's, which was told
+# the scores' range, and is close to OGD tuned on the test stream. And SF-OGD lands
+# closer to $\alpha$ than KT: KT's long-run gap is the price of knowing nothing about
+# the scale, and it shrinks as $O(\sqrt{\log T / T})$ (Eq. 7, measured below).
 #
-# The same stream at the three scales, OGD with $\eta \in \{0.1, 1\}$, next to KT. At
-# scale 100 a step of 0.1 barely moves a radius that must reach hundreds: the
-# deterministic bound under Eq. 3 is vacuous and coverage collapses. At scale 0.01 a
-# step of 1 is a hundred times the scores: coverage holds, because the radius jumps far
-# above every score, but the interval is uselessly wide.
+# ### The ablation: a learning rate instead of a bet
+#
+# The bet is the paper's key ingredient: KT and OGD see exactly the same gradients
+# $g_t = \alpha - \mathrm{err}_t$, and KT replaces OGD's learning rate by a fraction of
+# its wealth. Remove the bet and a learning rate must be chosen. To be fair to OGD, we
+# choose for it, in hindsight, the *one* absolute rate that does best on all nine
+# streams at once: among the rates that keep every stream valid, the one whose worst
+# width, relative to KT's, is smallest. A practitioner who does not know the units of
+# their scores can do no better than this rate, and usually worse.
+
+# %%
+def best_single_rate(scores, alphas, etas, reference_width, tol):
+    """The one rate valid on every stream with the smallest worst width / reference."""
+    best_eta, best_ratio = None, np.inf
+    for eta in etas:
+        r = ogd_aci(scores, alphas, eta)
+        if np.all(miscoverage_gap(scores, r, alphas) <= tol):
+            ratio = np.max(mean_width(r) / reference_width)
+            if ratio < best_ratio:
+                best_eta, best_ratio = float(eta), float(ratio)
+    return best_eta, best_ratio
+
+
+eta_abs = np.logspace(-3, 3, 4 * 6 + 1)  # absolute rates, 1e-3 .. 1e3
+one_eta, one_rate_ratio = best_single_rate(sweep_scores, alpha_col, eta_abs,
+                                           mean_width(sweep_r["KT"]), TUNE_TOL)
+print(f"best single learning rate for all nine streams: eta = {one_eta:.3g}; its widest "
+      f"stream is {one_rate_ratio:.1f} x KT's width")
+
+# %% [markdown]
+# ### What one learning rate does at three scales
+#
+# The same stream at the three scales (at $\alpha = 0.1$), OGD with $\eta \in \{0.1, 1\}$
+# and with the best single rate found above, next to KT. At scale 100 a step of 0.1
+# barely moves a radius that must reach hundreds: the deterministic bound under Eq. 3
+# is vacuous and coverage collapses for a long time. At scale 0.01 a step of 1 is a
+# hundred times the scores: coverage holds, because the radius jumps far above every
+# score, but the interval is uselessly wide. The best single rate must keep scale 100
+# valid, so it is large, and it pays at scale 0.01.
 
 # %%
 def moving_mean(x, w=100):
@@ -468,66 +534,98 @@ def moving_mean(x, w=100):
 
 
 fragility = {}
+ogd_styles = {0.1: ":", 1.0: "-", one_eta: "--"}
 fig, axes = plt.subplots(1, 3, figsize=(7.5, 2.6), sharey=True)
 for ax, scale in zip(axes, SCALES):
     sc = base_scores * scale
     kt_s = kt_aci(sc, 0.1, initial_wealth)[0]
     ax.plot(moving_mean(sc) / scale, lw=0.8, color="0.6", label="score")
-    for i, eta in enumerate((0.1, 1.0)):
+    for eta, ls in ogd_styles.items():
         r = ogd_aci(sc, 0.1, eta)
         fragility[(scale, eta)] = (float(miscoverage_gap(sc, r, 0.1)),
-                                   float(np.median(np.maximum(r, 0)) /
-                                         np.median(np.maximum(kt_s, 0))))
-        ax.plot(moving_mean(np.maximum(r, 0)) / scale, lw=1, color=f"C{i + 1}",
-                label=f"OGD $\\eta$={eta:g}")
-    ax.plot(moving_mean(np.maximum(kt_s, 0)) / scale, lw=1.2, color="C0", label="KT", zorder=4)
-    ax.set(title=f"scale {scale:g}", xlabel="t", yscale="log", ylim=(0.05, 300))
+                                   float(mean_width(r) / mean_width(kt_s)))
+        ax.plot(moving_mean(np.maximum(r, 0)) / scale, lw=1, color=COLOURS["OGD"], ls=ls,
+                label=f"OGD $\\eta$={eta:.3g}")
+    ax.plot(moving_mean(np.maximum(kt_s, 0)) / scale, lw=1.2, color=COLOURS["KT"], label="KT",
+            zorder=4)
+    ax.set(title=f"scale {scale:g}", xlabel="t", yscale="log", ylim=(0.05, 3000))
 axes[0].set_ylabel("radius / scale\n(100-step mean)")
-axes[0].legend(loc="upper left", ncol=2)
+axes[0].legend(loc="upper left", ncol=2, fontsize=7)
 plt.show()
-for (scale, eta), (gap, ratio) in fragility.items():
-    print(f"scale {scale:>6g}, OGD eta {eta:>4g}: miscoverage gap {gap:.3f}, "
-          f"median radius {ratio:8.2f} x KT's")
+for (scale, eta), (g, ratio) in fragility.items():
+    print(f"scale {scale:>6g}, OGD eta {eta:>6.3g}: miscoverage gap {g:.3f}, "
+          f"mean width {ratio:8.2f} x KT's")
 
 # %% [markdown]
-# ## Claim checks
+# ## Claims
 #
-# Thresholds fixed before the run (calibrated on a prototype, see the brief of this
-# chapter), for the default tier at $T = 6000$; the smoke tier ($T = 3000$) records
-# them against a looser validity tolerance of 0.025 and does not enforce them.
-#
-# 1. **Long-run validity without tuning:** KT with $\varepsilon = 1$ has
-#    $|\overline{\mathrm{err}} - \alpha| \le 0.015$ on all nine streams (three scales
-#    spanning four decades, three levels).
-# 2. **Efficiency vs. the oracle quantile:** KT's mean width is at most 1.15 times the
-#    per-segment hindsight quantile, on every stream.
-# 3. **Efficiency vs. tuned ACI:** KT's mean width is at most 1.10 times that of the
-#    best valid OGD learning rate, tuned on the test stream, on every stream.
-# 4. **ACI needs tuning (scale 100):** OGD with $\eta = 0.1$ misses coverage by at
-#    least 0.2.
-# 5. **ACI needs tuning (scale 0.01):** OGD with $\eta = 1$ has a median radius at
-#    least 10 times KT's.
+# The thresholds below were fixed before the final runs; each line says where its
+# number comes from. Paper claims first (what the paper says the method does, each
+# against its ablation or the strongest fair baseline), then checks (what must hold
+# if the code is right, but is no evidence for the paper). Changed after a failure:
+# an earlier version compared raw widths (which flattered KT, as it misses slightly
+# more often than $\alpha$) and tested OGD at two fixed rates, one of which stopped
+# failing at the full tier, so widths are now compared at matched coverage (Eq. 9)
+# and OGD gets its best single rate.
+
+# %% tags=["thresholds"]
+C_GAP = TUNE_TOL  # |mean err - alpha| on every stream; prototype max 0.0103 over 5 seeds at T=6000
+C_ONE_RATE = 5.0  # widest stream of the best single OGD rate / KT; measured 75x (T=6000), 24x (T=20000)
+C_VS_SFOGD = 1.05  # KT's excess width / SF-OGD's, worst stream; measured 0.99-1.01 on seeds 0-5
+C_VS_TUNED = 1.10  # KT's excess width / per-stream tuned OGD's, worst stream; brief's 1.10, measured 1.03-1.06
+C_IDENTITY = 1e-9  # relative error of the wealth identity of Eq. 5 (rounding only)
+C_CLOSED_FORM = 1e-12  # relative error of W_T = eps C(2T, T) / 2^T for constant coins (rounding only)
+C_EQUIVARIANCE = 1e-9  # relative change of radius / scale when scores and eps are scaled by 1000
 
 # %%
-kt_gaps = np.array([row[2] for row in rows])
-run.claim("KT long-run validity, all scales and alphas", kt_gaps.max(), "<=",
-          cfg.validity_tol, "KT-ACI's long-run miscoverage is within tolerance of alpha "
-          "at every score scale with no tuning")
-run.claim("KT width / oracle quantile", max(row[5] for row in rows), "<=", 1.15,
-          "KT-ACI's intervals are nearly as narrow as the per-segment hindsight quantile")
-run.claim("KT width / best tuned OGD", max(row[6] for row in rows), "<=", 1.10,
-          "KT-ACI is about as efficient as ACI with its learning rate tuned on the test stream")
-run.claim("OGD eta=0.1 gap at scale 100", fragility[(100.0, 0.1)][0], ">=", 0.2,
-          "ACI with a learning rate too small for the scale loses long-run coverage")
-run.claim("OGD eta=1 radius / KT at scale 0.01", fragility[(0.01, 1.0)][1], ">=", 10.0,
-          "ACI with a learning rate too large for the scale gives uselessly wide intervals")
-run.metric("kt_gap_per_stream", kt_gaps.round(5))
-run.metric("ons_gap_max", float(max(row[3] for row in rows)))
-run.metric("sf_ogd_gap_max", float(max(row[4] for row in rows)))
+run.claim("KT: validity at every scale with one setting", gap["KT"].max(), "<=", C_GAP,
+          "With eps = 1 on scores spanning four decades, KT's long-run miscoverage is "
+          "within C_GAP of alpha on every stream", versus="ablation",
+          against="OGD, the same gradients with a learning rate (next claim)")
+run.claim("one OGD rate for all scales: width / KT", one_rate_ratio, ">=", C_ONE_RATE,
+          "Without the bet, even the best single learning rate in hindsight that keeps all "
+          "scales valid is several times wider than KT somewhere", versus="ablation",
+          against="OGD with the best single learning rate for all nine streams")
+run.claim("KT vs SF-OGD: excess width", kt_vs_sf, "<=", C_VS_SFOGD,
+          "At matched coverage KT is as narrow as SF-OGD, which is told the score bound",
+          versus="baseline", against="SF-OGD with D from 100 calibration scores")
+run.claim("KT vs OGD tuned per stream: excess width", kt_vs_tuned, "<=", C_VS_TUNED,
+          "At matched coverage KT is nearly as narrow as OGD with its rate tuned on each "
+          "test stream", versus="baseline", against="OGD, rate tuned per stream in hindsight")
+
+kt_r, kt_w = kt_aci(sweep_scores, alpha_col, initial_wealth)
+coins = (sweep_scores > kt_r) - alpha_col
+identity_err = np.max(np.abs(kt_w[-1] - (initial_wealth + (coins * kt_r).sum(axis=0))) / kt_w[-1])
+closed = comb(2 * T_check, T_check) / 2**T_check
+closed_err = abs(kt_aci(always_miss, alpha=0.0, eps=1.0)[1][-1] - closed) / closed
+r_big = kt_aci(1000 * sweep_scores, alpha_col, 1000 * initial_wealth)[0]
+equi_err = np.max(np.abs(r_big / 1000 - kt_r)) / np.max(np.abs(kt_r))
+run.check("wealth identity (Eq. 5)", identity_err, "<=", C_IDENTITY,
+          "W_T = eps + sum_t c_t s_t on all nine streams")
+run.check("constant-coin closed form", closed_err, "<=", C_CLOSED_FORM,
+          "30 coins of 1 give W = C(60, 30) / 2^30")
+run.check("scale equivariance", equi_err, "<=", C_EQUIVARIANCE,
+          "scores and eps times 1000 give radii times 1000")
+run.metric("kt_gap_per_stream", gap["KT"].round(5))
+run.metric("ons_gap_max", float(gap["ONS"].max()))
+run.metric("sf_ogd_gap_max", float(gap["SF-OGD"].max()))
+run.metric("excess_width", {k: v.round(4) for k, v in excess.items()})
+run.metric("best_single_eta", one_eta);
 
 # %%
 # NBVAL_CHECK_OUTPUT
 run.verdict()
+
+# %% [markdown]
+# ## Across seeds
+#
+# One run is one seed. The table and strip plot below read this chapter's results
+# file, made by `icmlbook sweep 5 --seeds 0-9 --update-results`: every claim and check
+# over seeds 0-9 at the default tier, with the number of seeds on which it holds and
+# its worst margin (how far inside the threshold the worst seed stayed).
+
+# %%
+across = icmlbook.across_seeds(run)
 
 # %% [markdown]
 # ## What a broken bettor does
@@ -626,10 +724,15 @@ icmlbook.explore(update, controls, run=run)
 # | | paper | this book |
 # |---|---|---|
 # | method | KT and ONS bettors on the pinball loss | both, from scratch (Eqs. 4–8) |
-# | guarantee | long-run miscoverage $\to \alpha$ for bounded scores, no learning rate | measured: gap at most 0.015 over nine streams at $T = 6000$ (claim 1) |
+# | guarantee | long-run miscoverage $\to \alpha$ for bounded scores, no learning rate | the long-run gap on nine streams spanning four decades of scale, one $\varepsilon$ (first paper claim); its rate, Eq. 7 |
+# | the key ingredient | betting instead of a learning rate | against OGD with the best single rate in hindsight (second paper claim) |
 # | data | synthetic changepoints, stock prices, multi-step forecasting | one synthetic AR(1) stream with two changepoints at three scales |
-# | baselines | ACI/OGD, SF-OGD, and other adaptive methods | OGD (fixed and oracle-tuned rates), SF-OGD |
-# | efficiency | comparable widths to tuned methods | within 15% of the hindsight quantile and 10% of oracle-tuned OGD (claims 2–3) |
+# | baselines | ACI/OGD, SF-OGD, and other adaptive methods | SF-OGD told the score bound, OGD tuned per stream on the test data |
+# | efficiency | comparable widths to tuned methods | excess width at matched coverage (Eq. 9) against both baselines (third and fourth paper claims) |
+#
+# Where the baseline wins: SF-OGD, which is told the range of the scores, lands
+# closer to $\alpha$ than KT on every stream in the sweep above; KT's advantage is
+# that it needs no such information, not that it is more exact.
 #
 # What we did not reproduce: the real stock-price series (no network at run time), the
 # multi-step-ahead experiments (one learner per horizon, see the exercises) and the

@@ -199,9 +199,13 @@ class Session:
 
     def _emit_record(self) -> dict[str, Any]:
         rec = self.record()
-        n_ok = sum(c["passed"] for c in rec["claims"])
+        counts = []
+        for kind in KINDS:
+            group = [c for c in rec["claims"] if c["kind"] == kind]
+            if group:
+                counts.append(f"{sum(c['passed'] for c in group)}/{len(group)} {SECTIONS[kind]}")
         summary = (f"icmlbook record: chapter {rec['chapter']}, tier {rec['tier']}, "
-                   f"seed {rec['seed']}: {n_ok}/{len(rec['claims'])} claims hold")
+                   f"seed {rec['seed']}: {' and '.join(counts) or 'no claims'} hold")
         try:
             from IPython import get_ipython
             from IPython.display import display

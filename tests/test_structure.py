@@ -156,3 +156,119 @@ def test_ci_calls_make_test():
     assert "make test" in (ROOT / ".ci" / "run").read_text()
     readme = (ROOT / "README.md").read_text()
     assert "make test" in readme and "make book" in readme
+
+
+# -- claims a reader can trust (paper claims apart from checks, named thresholds,
+#    committed results) ---------------------------------------------------------------------
+# Chapters written before paper claims and checks were separated, each with the audit
+# issue that brings it to the standard. The rules below skip them, visibly; the list
+# only shrinks.
+PENDING_AUDIT = {"01": 23, "02": 23, "06": 24, "07": 24, "08": 24, "09": 24, "10": 24,
+                 "14": 25, "15": 25, "19": 25}
+CLAIM_CALLS = ("claim", "check")
+
+
+def _audited(ch):
+    if ch.number in PENDING_AUDIT:
+        pytest.skip(f"chapter {ch.number} awaits its audit (issue {PENDING_AUDIT[ch.number]})")
+
+
+def _claim_calls(ch):
+    """(cell index, ast.Call) of every run.claim / run.check in the chapter's code."""
+    import ast
+
+    calls = []
+    for i, cell in enumerate(ch.notebook.cells):
+        if cell.cell_type != "code":
+            continue
+        for node in ast.walk(ast.parse(cell.source)):
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                    and node.func.attr in CLAIM_CALLS and isinstance(node.func.value, ast.Name)
+                    and node.func.value.id == "run"):
+                calls.append((i, node))
+    return calls
+
+
+def _threshold_arg(call):
+    for kw in call.keywords:
+        if kw.arg == "threshold":
+            return kw.value
+    return call.args[3] if len(call.args) > 3 else None
+
+
+@pytest.mark.parametrize("ch", CHAPTERS, ids=IDS)
+def test_thresholds_are_named_constants_declared_before_the_claims(ch):
+    import ast
+
+    _audited(ch)
+    cells = ch.notebook.cells
+    where = [i for i, c in enumerate(cells) if "thresholds" in c.metadata.get("tags", [])]
+    assert len(where) == 1, f"{ch.stem}: needs exactly one cell tagged 'thresholds'"
+    names = ch.thresholds
+    assert names, f"{ch.stem}: the thresholds cell declares no constants"
+    for name, t in names.items():
+        assert name.isupper(), f"{ch.stem}: threshold {name} is not an ALL_CAPS constant"
+        assert t.comment, f"{ch.stem}: threshold {name} has no one-line provenance comment"
+    calls = _claim_calls(ch)
+    assert calls, f"{ch.stem}: no run.claim / run.check calls"
+    for i, call in calls:
+        assert i > where[0], f"{ch.stem}: a claim in cell {i} comes before the thresholds cell"
+        arg = _threshold_arg(call)
+        base = arg.value if isinstance(arg, ast.Subscript) else arg
+        assert isinstance(base, ast.Name) and base.id in names, (
+            f"{ch.stem} cell {i}: the threshold of run.{call.func.attr}(...) must be a constant "
+            f"of the thresholds cell, not {ast.unparse(arg) if arg is not None else 'missing'}")
+    used = {(_threshold_arg(c).value if isinstance(_threshold_arg(c), ast.Subscript)
+             else _threshold_arg(c)).id for _, c in calls}
+    assert not set(names) - used, f"{ch.stem}: thresholds declared but unused: {set(names) - used}"
+
+
+@pytest.mark.parametrize("ch", CHAPTERS, ids=IDS)
+def test_paper_claims_isolate_something_and_checks_are_apart(ch):
+    _audited(ch)
+    rec = read_record(ch.ipynb)
+    kinds = [c["kind"] for c in rec["claims"]]
+    assert "unsorted" not in kinds, f"{ch.stem}: every run.claim needs versus= and against="
+    paper = [c for c in rec["claims"] if c["kind"] == "paper"]
+    assert len(paper) >= 2, f"{ch.stem}: at least two paper claims"
+    sorts = {c["versus"] for c in paper}
+    assert sorts == {"ablation", "baseline"}, (
+        f"{ch.stem}: paper claims need at least one against an ablation and one against a "
+        f"baseline; found {sorted(sorts)}")
+
+
+@pytest.mark.parametrize("ch", CHAPTERS, ids=IDS)
+def test_results_file_is_current(ch):
+    from icmlbook.results import REFRESH, RESULTS_SEEDS, read_results
+
+    _audited(ch)
+    df = read_results(ch)
+    refresh = REFRESH.format(number=ch.number)
+    assert df is not None, f"{ch.stem}: no results/{ch.results_file.name}; run `{refresh}`"
+    assert set(df["code_hash"]) == {ch.code_hash}, (
+        f"{ch.stem}: the chapter's code changed after its results were made; run `{refresh}`, "
+        f"then `make execute CH={ch.number}` and `icmlbook report`")
+    assert tuple(sorted(set(df["seed"]))) == RESULTS_SEEDS
+    rec = read_record(ch.ipynb)
+    assert [c["name"] for c in rec["claims"]] == list(dict.fromkeys(df["name"])), (
+        f"{ch.stem}: the results file's claims differ from the committed run's; run `{refresh}`")
+
+
+@pytest.mark.parametrize("ch", CHAPTERS, ids=IDS)
+def test_across_seeds_cell_follows_the_verdict(ch):
+    _audited(ch)
+    code = [c.source for c in ch.notebook.cells if c.cell_type == "code"]
+    verdict = next(i for i, s in enumerate(code) if "run.verdict()" in s)
+    assert "icmlbook.across_seeds(run)" in code[verdict + 1], (
+        f"{ch.stem}: the code cell right after the verdict must show the results across seeds")
+
+
+def test_reproduction_report_is_current_and_listed_after_the_intro():
+    from icmlbook.report import PAGE, render
+
+    page = ROOT / PAGE
+    assert page.exists() and page.read_text(encoding="utf-8") == render(ROOT), (
+        "book/reproduction.md is not current with results/: run `icmlbook report`")
+    toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
+    first = toc["parts"][0]["chapters"][0]["file"]
+    assert first == "book/reproduction", "the report must come right after the intro"
