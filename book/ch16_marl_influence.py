@@ -687,7 +687,7 @@ print(f"best constant step at t = {t_late}, in hindsight: {best_lr}, "
 
 # %% tags=["thresholds"]
 C_SEP_VS_MYOPIC = 0.12  # sep(TIM^) - sep(myopic^), Eq. 10: 0.235-0.266 on seeds 0-9, 0.239-0.276 on 10-19; half the worst
-C_SEP_VS_CORR = 0.12  # sep(TIM^) - sep(best lagged corr): 0.242-0.273 on seeds 0-9, 0.243-0.284 on 10-19; half the worst
+C_SEP_VS_CORR = 0.12  # sep(TIM^) - sep(best lagged corr): 0.241-0.273 on seeds 0-9, 0.243-0.284 on 10-19; half the worst
 C_TIM_ERR = 0.075  # TIM^ error at t_late: 0.041-0.049 on seeds 0-9, 0.037-0.048 on 10-19; authors' step 0.10-0.12
 C_SIM_ERR = 0.065  # SIM^ error at t_late: 0.035-0.046 on seeds 0-9, 0.025-0.040 on 10-19; authors' step 0.08-0.10
 C_EXACT = 1e-8  # |d P - d| and |Eq. 6 - brute-force Eq. 2|: rounding and truncation only
