@@ -227,8 +227,8 @@ def test_report_renders_swept_and_unswept_chapters(tmp_path):
 
     root = _fake_book(tmp_path, _rows([0.5] * 10) + _rows([0.0] * 10, "check", "k", "<=", 1e-9))
     page = report.render(root)
-    assert "**1 of 1 paper claims** in 1 swept chapters hold on all 10 seeds" in page
-    assert "**1 of 1 checks**" in page and "Not swept yet (1 chapters): [06]" in page
+    assert "**1 of 1 paper claims** in 1 swept chapter hold on all 10 seeds" in page
+    assert "**1 of 1 checks**" in page and "Not swept yet (1 chapter): [06]" in page
     assert page.count("<td style=") == 20 and "icmlbook-heatmap" in page
     assert report.write(root).read_text() == page
 
