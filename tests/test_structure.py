@@ -249,6 +249,9 @@ def test_results_file_is_current(ch):
         f"{ch.stem}: the chapter's code changed after its results were made; run `{refresh}`, "
         f"then `make execute CH={ch.number}` and `icmlbook report`")
     assert tuple(sorted(set(df["seed"]))) == RESULTS_SEEDS
+    failing = df[~df["passed"].astype(bool)]
+    assert failing.empty, (f"{ch.stem}: every claim and check must hold on seeds 0-9; failing: "
+                           + "; ".join(f"{r.name} at seed {r.seed}" for r in failing.itertuples()))
     rec = read_record(ch.ipynb)
     assert [c["name"] for c in rec["claims"]] == list(dict.fromkeys(df["name"])), (
         f"{ch.stem}: the results file's claims differ from the committed run's; run `{refresh}`")
