@@ -134,7 +134,8 @@ def _strip_plot(df: Any, table: Any) -> None:
     names = list(table["claim"])
     cols = min(5, len(names))
     nrows = math.ceil(len(names) / cols)
-    fig, axes = plt.subplots(nrows, cols, figsize=(1.9 * cols, 1.9 * nrows), squeeze=False)
+    fig, axes = plt.subplots(nrows, cols, figsize=(1.9 * cols, 2.1 * nrows), squeeze=False,
+                             layout="constrained")
     for ax, name in zip(axes.flat, names):
         g = df[df["name"] == name]
         kind = g["kind"].iloc[0]
@@ -148,8 +149,8 @@ def _strip_plot(df: Any, table: Any) -> None:
         ax.tick_params(labelsize=7)
     for ax in list(axes.flat)[len(names):]:
         ax.axis("off")
-    fig.suptitle("each claim over seeds (dots), its threshold (dashed)", fontsize=8)
-    fig.tight_layout()
+    fig.suptitle("each claim and check over seeds (dots; red: a failing seed), its threshold "
+                 "(dashed)", fontsize=8)
     plt.show()
 
 

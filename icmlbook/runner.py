@@ -22,9 +22,11 @@ def run_key(stem: str, tier: str, seed: int, params: dict[str, Any]) -> str:
     return f"{stem}.{tier}.s{seed}{extra}".replace("/", "_").replace(" ", "")
 
 NOISE_CELL_KEYS = ("papermill", "execution", "ExecuteTime", "collapsed", "scrolled")
-# The kernel logs only errors: ipykernel otherwise warns on every start that local TCP
-# is unencrypted, which buries the runner's own progress lines.
-KERNEL_ARGS = ["--IPKernelApp.log_level=ERROR"]
+# The kernel logs only critical errors: ipykernel otherwise warns on every start that local
+# TCP is unencrypted, and logs "KeyboardInterrupt caught in kernel" at ERROR when nbclient
+# interrupts an idle kernel on shutdown, which buries the runner's own progress lines.
+# A cell's own errors reach the run as outputs, not through this log.
+KERNEL_ARGS = ["--IPKernelApp.log_level=CRITICAL"]
 
 
 @dataclass

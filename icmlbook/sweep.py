@@ -159,8 +159,17 @@ def _on_dask(todo: list[tuple[int, Job]], out_dir: Path, inplace: bool, workers:
             fut = client.submit(_execute, *_args(job, out_dir, inplace, False), pure=False,
                                 key=f"icmlbook-{job.key}-{time.time_ns()}")
             futures[fut] = i
+        jobs = dict(todo)
         for fut in as_completed(futures):
-            finished(futures[fut], fut.result(), say)
+            i = futures[fut]
+            try:
+                result = fut.result()
+            except Exception as exc:  # the worker died (KilledWorker) or the task could not run
+                job = jobs[i]
+                result = Result(job.chapter.number, job.chapter.slug, job.tier, job.seed,
+                                dict(job.params), "", error=f"{type(exc).__name__}: {exc}",
+                                code_hash=job.chapter.code_hash)
+            finished(i, result, say)
             progress.update(1)
     finally:
         progress.close()

@@ -70,54 +70,74 @@ def test_ogd_deterministic_bound():
         assert ch.miscoverage_gap(scores, r, 0.1) <= bound + 1e-12
 
 
-@pytest.mark.parametrize("seed", range(5))
-def test_validity_claim_holds_across_scales(seed):
-    scores, _ = stream(6000, seed=seed)
-    for scale in (0.01, 1.0, 100.0):
-        for alpha in (0.05, 0.1, 0.2):
-            r, _ = ch.kt_aci(scores * scale, alpha, 1.0)
-            assert ch.miscoverage_gap(scores * scale, r, alpha) <= 0.015
+def sweep_streams(T=6000, seed=0):
+    scores, segments = stream(T, seed)
+    scale_col = np.repeat(ch.SCALES, len(ch.ALPHAS))
+    alpha_col = np.tile(ch.ALPHAS, len(ch.SCALES))
+    return scores[:, None] * scale_col[None, :], segments, scale_col, alpha_col
 
 
-def test_broken_bettors_fail_the_validity_claim():
-    scores, _ = stream(6000, seed=0)
-    # wrong coin sign: the bettor shrinks the interval after misses (its wealth overflows)
-    with np.errstate(over="ignore"):
-        broken = ch.kt_aci_wrong_sign(scores, 0.1)
-    assert ch.miscoverage_gap(scores, broken, 0.1) > 0.015
+def test_thresholds_are_the_chapters():
+    # the claims' bars come from the chapter's thresholds cell, never retyped here
+    assert ch.C_GAP == ch.TUNE_TOL and ch.C_ONE_RATE > 1 and ch.C_VS_SFOGD >= 1
 
-    # betting a fraction of the initial wealth instead of the current one: no compounding,
-    # so the radius can never grow past eps and coverage collapses at scale 100
-    def kt_no_compounding(s, alpha, eps=1.0):
-        radius, csum = np.empty_like(s), 0.0
+
+def test_validity_claim_fails_for_a_fixed_stake_bettor():
+    # the bet's compounding is what makes KT scale-free: betting a fraction of the initial
+    # wealth instead of the current one caps the radius at eps and loses coverage at scale 100
+    sc, _, _, alpha_col = sweep_streams()
+
+    def kt_fixed_stake(s, alpha, eps=1.0):
+        radius, csum = np.empty_like(s), np.zeros(s.shape[1:])
         for t in range(len(s)):
             radius[t] = csum / (t + 1) * eps
-            csum += (s[t] > radius[t]) - alpha
+            csum = csum + (s[t] > radius[t]) - alpha
         return radius
-    assert ch.miscoverage_gap(100 * scores, kt_no_compounding(100 * scores, 0.1), 0.1) > 0.015
+    assert ch.miscoverage_gap(sc, kt_fixed_stake(sc, alpha_col), alpha_col).max() > ch.C_GAP
+    kt, _ = ch.kt_aci(sc, alpha_col, 1.0)
+    assert ch.miscoverage_gap(sc, kt, alpha_col).max() <= ch.C_GAP
+
+    # wrong coin sign: the bettor shrinks the interval after misses (its wealth overflows)
+    scores, _ = stream(6000, seed=0)
+    with np.errstate(over="ignore"):
+        broken = ch.kt_aci_wrong_sign(scores, 0.1)
+    assert ch.miscoverage_gap(scores, broken, 0.1) > ch.C_GAP
 
 
-def test_efficiency_claims_fail_for_a_learner_that_needs_tuning():
-    # put OGD with eta = 1 in KT's place: at scale 0.01 its width is far beyond both bars
-    scores, segments = stream(6000, seed=0, scale=0.01)
-    r = ch.ogd_aci(scores, 0.1, 1.0)
-    assert ch.mean_width(r) / ch.oracle_width(scores, segments, 0.1) > 1.15
-    best = min(ch.mean_width(ch.ogd_aci(scores, 0.1, 0.01 * eta))
-               for eta in np.logspace(-3, 1, 17)
-               if ch.miscoverage_gap(scores, ch.ogd_aci(scores, 0.1, 0.01 * eta), 0.1) <= 0.015)
-    assert ch.mean_width(r) / best > 1.10
+def test_one_rate_claim_fails_when_the_reference_is_itself_a_fixed_rate():
+    # put OGD at the best single rate in KT's place: the ratio is 1, far below the bar
+    sc, _, _, alpha_col = sweep_streams()
+    etas = np.logspace(-3, 3, 25)
+    kt_w = ch.mean_width(ch.kt_aci(sc, alpha_col, 1.0)[0])
+    eta, ratio = ch.best_single_rate(sc, alpha_col, etas, kt_w, ch.TUNE_TOL)
+    assert ratio >= ch.C_ONE_RATE
+    ogd_w = ch.mean_width(ch.ogd_aci(sc, alpha_col, eta))
+    _, self_ratio = ch.best_single_rate(sc, alpha_col, etas, ogd_w, ch.TUNE_TOL)
+    assert self_ratio < ch.C_ONE_RATE
 
 
-def test_fragility_claims_fail_for_a_baseline_that_knows_the_scale():
-    # an OGD whose step is secretly multiplied by the scale passes both fragility tests
-    for scale, eta in [(100.0, 0.1), (0.01, 1.0)]:
-        scores, _ = stream(6000, seed=0, scale=scale)
-        r = ch.ogd_aci(scores, 0.1, eta * scale)
-        kt, _ = ch.kt_aci(scores, 0.1, 1.0)
-        if scale == 100.0:
-            assert ch.miscoverage_gap(scores, r, 0.1) < 0.2
-        else:
-            assert np.median(np.maximum(r, 0)) / np.median(np.maximum(kt, 0)) < 10
+def test_width_claims_fail_for_a_learner_that_does_not_adapt():
+    # a constant radius, the whole stream's hindsight (1 - alpha)-quantile, is valid by
+    # construction but cannot follow the changepoints: at matched coverage it is far wider
+    # than both baselines, so both width claims fail for it
+    sc, segments, _, alpha_col = sweep_streams()
+    sf = ch.sf_ogd_aci(sc, alpha_col, sc[:100].max(axis=0))
+    ex_sf = ch.excess_width(sc, segments, sf)
+    kt = ch.kt_aci(sc, alpha_col, 1.0)[0]
+    assert np.max(ch.excess_width(sc, segments, kt) / ex_sf) <= ch.C_VS_SFOGD
+    const = np.broadcast_to(np.quantile(sc, 1 - alpha_col, axis=0)[np.arange(9), np.arange(9)],
+                            sc.shape)
+    assert ch.miscoverage_gap(sc, const, alpha_col).max() < 1e-3
+    assert np.max(ch.excess_width(sc, segments, const) / ex_sf) > ch.C_VS_SFOGD
+    assert np.max(ch.excess_width(sc, segments, const) / ex_sf) > ch.C_VS_TUNED
+
+
+def test_excess_width_is_one_for_the_oracle_itself():
+    scores, segments = stream(3000, seed=0)
+    q = np.empty_like(scores)
+    for k in np.unique(segments):
+        q[segments == k] = np.quantile(scores[segments == k], 0.9)
+    assert ch.excess_width(scores, segments, q) == pytest.approx(1.0, abs=0.01)
 
 
 def test_oracle_width_batches_per_column():

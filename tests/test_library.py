@@ -2,6 +2,7 @@
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -126,7 +127,122 @@ def test_record_is_json_and_complete():
     assert rec["chapter"] == "99_test" and rec["tier"] == "default" and rec["seed"] == 3
     assert rec["params"] == {"alpha": 0.1} and rec["metrics"] == {"curve": [0, 1, 2]}
     assert rec["status"] == "passed" and rec["peak_rss_mb"] > 0 and rec["seconds"] >= 0
-    assert set(rec["claims"][0]) == {"name", "statement", "value", "op", "threshold", "passed"}
+    assert set(rec["claims"][0]) == {"name", "statement", "value", "op", "threshold", "passed",
+                                     "kind", "versus", "against"}
+    assert rec["claims"][0]["kind"] == "unsorted"
+
+
+def test_paper_claims_and_checks_print_in_two_sections(capsys):
+    run = session.start("99_test", tier="default", seed=0, torch=False)
+    run.claim("vs ablation", 0.5, "<=", 1.0, "s", versus="ablation", against="no ingredient")
+    run.claim("vs baseline", 2.0, ">=", 1.0, "s", versus="baseline", against="the best rival")
+    run.check("identity", 1e-12, "<=", 1e-9, "s")
+    run.verdict()
+    out = capsys.readouterr().out
+    table = out[out.index("paper claims\n"):]
+    assert table.index("vs baseline") < table.index("checks\n") < table.index("identity")
+    assert "2/2 paper claims and 1/1 checks hold (tier default: enforced)" in out
+    assert "[check] identity" in out
+    kinds = [(c["kind"], c["versus"]) for c in run.record()["claims"]]
+    assert kinds == [("paper", "ablation"), ("paper", "baseline"), ("check", None)]
+    with pytest.raises(ValueError, match="versus must be one of"):
+        run.claim("x", 1, "<=", 1, "s", versus="rival", against="y")
+    with pytest.raises(ValueError, match="against must name"):
+        run.claim("y", 1, "<=", 1, "s", versus="baseline")
+
+
+def test_a_failed_check_is_enforced_like_a_claim():
+    run = session.start("99_test", tier="full", seed=0, torch=False)
+    run.claim("ok", 1, "<=", 2, "s", versus="baseline", against="b")
+    run.check("identity", 1e-3, "<=", 1e-9, "s")
+    with pytest.raises(session.ClaimFailed, match="identity"):
+        run.verdict()
+
+
+def test_tier_rules_are_one_table_read_by_the_rest():
+    from icmlbook import bench, runner
+
+    assert tiers.TIERS == ("smoke", "default", "full")
+    assert tiers.ENFORCED_TIERS == ("default", "full")
+    assert tiers.RULES["smoke"].exercise_widgets and not tiers.RULES["default"].exercise_widgets
+    assert tiers.RULES["full"].cuda and not tiers.RULES["default"].cuda
+    assert tiers.RULES["full"].cell_timeout_s is None
+    assert runner.RULES is tiers.RULES and bench.RULES is tiers.RULES
+    # no import cycle: tiers imports nothing from the package
+    src = (Path(tiers.__file__)).read_text()
+    assert "from icmlbook" not in src and "import icmlbook" not in src
+
+
+# -- results and the report --------------------------------------------------
+def test_margins_point_inwards():
+    from icmlbook.results import margin, relative_margin
+
+    assert margin(0.8, "<=", 1.0) == pytest.approx(0.2)
+    assert margin(1.2, "<=", 1.0) == pytest.approx(-0.2)
+    assert margin(3.0, ">=", 2.0) == 1.0 and margin(float("nan"), ">=", 2.0) == -float("inf")
+    assert relative_margin(1.5, ">", 1.0) == pytest.approx(0.5)
+    assert relative_margin(0.0, "<=", 0.0) is None
+
+
+def _fake_book(tmp_path, rows):
+    import pandas as pd
+
+    root = tmp_path / "book_root"
+    (root / "book").mkdir(parents=True)
+    (root / "results").mkdir()
+    (root / "_toc.yml").write_text("format: jb-book\nroot: book/intro\nparts:\n"
+                                   "  - caption: II. Uncertainty\n    chapters:\n"
+                                   "      - file: book/ch05_conformal_betting\n"
+                                   "      - file: book/ch06_density_softmax\n")
+    for stem in ("ch05_conformal_betting", "ch06_density_softmax"):
+        (root / "book" / f"{stem}.py").write_text(
+            "# %% [markdown]\n# # A title\n\n# %% tags=[\"parameters\"]\ntier = 'default'"
+            "  # t\nseed = 0  # s\n")
+    pd.DataFrame(rows).to_csv(root / "results" / "ch05_conformal_betting.csv", index=False)
+    return root
+
+
+def _rows(values, kind="paper", name="c", op="<=", threshold=1.0):
+    return [{"seed": s, "kind": kind, "versus": "baseline" if kind == "paper" else None,
+             "name": name, "value": v, "op": op, "threshold": threshold,
+             "passed": v <= threshold, "seconds": 1.0, "peak_mb": 100.0, "code_hash": "abc"}
+            for s, v in enumerate(values)]
+
+
+def test_summary_counts_passes_and_worst_margin(tmp_path):
+    import pandas as pd
+
+    from icmlbook.results import summary
+
+    df = pd.DataFrame(_rows([0.5] * 9 + [1.2]) + _rows([0.0] * 10, "check", "k", "<=", 1e-9))
+    t = summary(df)
+    assert list(t["kind"]) == ["paper", "check"]
+    paper = t.iloc[0]
+    assert paper["passed"] == "9/10" and paper["worst margin"] == pytest.approx(-0.2)
+    assert paper["max"] == 1.2 and paper["worst margin %"] == pytest.approx(-20.0)
+
+
+def test_report_renders_swept_and_unswept_chapters(tmp_path):
+    from icmlbook import report
+
+    root = _fake_book(tmp_path, _rows([0.5] * 10) + _rows([0.0] * 10, "check", "k", "<=", 1e-9))
+    page = report.render(root)
+    assert "**1 of 1 paper claims** in 1 swept chapter hold on all 10 seeds" in page
+    assert "**1 of 1 checks**" in page and "Not swept yet (1 chapter): [06]" in page
+    assert page.count("<td style=") == 20 and "icmlbook-heatmap" in page
+    assert report.write(root).read_text() == page
+
+
+def test_results_file_is_checked_before_it_is_written(tmp_path):
+    from icmlbook import results
+    from icmlbook.chapters import list_chapters
+    from icmlbook.sweep import tidy
+
+    root = _fake_book(tmp_path, _rows([0.5] * 10))
+    ch05 = list_chapters(root)[0]
+    df = tidy([])
+    with pytest.raises(ValueError, match="need 0-9"):
+        results.write_results(ch05, df)
 
 
 def test_read_record_takes_the_last():

@@ -154,7 +154,9 @@ def test_a_hanging_cell_fails_instead_of_blocking(failing_book, tmp_path, monkey
     src = failing_book / "book" / "ch05_conformal_betting.py"
     src.write_text(src.read_text().replace("run.claim(\"value is small\"",
                                            "import time\ntime.sleep(120)\nrun.claim(\"value is small\""))
-    monkeypatch.setitem(runner.CELL_TIMEOUT, "smoke", 5)
+    from dataclasses import replace
+
+    monkeypatch.setitem(runner.RULES, "smoke", replace(runner.RULES["smoke"], cell_timeout_s=5))
     (ch,) = chapters_of(failing_book)
     result = runner.execute(ch, "smoke", 0, {}, tmp_path)
     assert not result.ok and result.seconds < 60
