@@ -267,11 +267,6 @@ class Hyperbolic:
         """Radii of points uniform (by area, dA = sinh r dr) in a disc of radius D."""
         return np.arccosh(1.0 + u * (np.cosh(D) - 1.0))
 
-    @staticmethod
-    def chart(x):
-        """Poincare-disc coordinates: the whole plane inside the unit disc, angles exact."""
-        return x[..., 1:] / (1.0 + x[..., :1])
-
 
 # %% [markdown]
 # ### The sphere, and the flat plane for comparison
@@ -324,12 +319,6 @@ class Sphere:
         """Radii of points uniform (by area, dA = sin r dr) in a cap of radius D."""
         return np.arccos(1.0 - u * (1.0 - np.cos(D)))
 
-    @staticmethod
-    def chart(x):
-        """Azimuthal equidistant coordinates around the pole: distances to it are exact."""
-        r = np.arccos(np.clip(x[..., :1], -1.0, 1.0))
-        return r * _unit(x[..., 1:], np.linalg.norm(x[..., 1:], axis=-1, keepdims=True))
-
 
 class Flat:
     """The Euclidean plane, stored as (0, x1, x2): the curvature-free control."""
@@ -360,10 +349,6 @@ class Flat:
     @staticmethod
     def disc_radius(D, u):
         return D * np.sqrt(u)
-
-    @staticmethod
-    def chart(x):
-        return x[..., 1:]
 
 
 MANIFOLDS = {"H2": Hyperbolic, "S2": Sphere, "R2": Flat}
@@ -575,7 +560,8 @@ def rppa(M, obj, P, x0, lam, L, zeta_prox, f_star, sigma=0.5, tol=TARGET, max_ou
 # direction. The smoothness constant is computed **on the ball $B(x^*, R)$**: every
 # $x$ in it is within $R + \max_i d(x^*, p_i)$ of every data point, so
 # $L = L_{R + \max_i d(x^*, p_i)}$ (Eq. 6 or 7). That is legitimate exactly because the
-# iterates stay in this ball (a check below). The prox term gets $\zeta_R$, since the
+# iterates stay in this ball: guaranteed for the step of Eq. 3 and for exact RPPA (both
+# checks below), measured for the others. The prox term gets $\zeta_R$, since the
 # exact prox point is never farther than $R$ from $x_t$. Two measurements: iterations
 # to the target (infinite if the run never gets there) and the ball ratio
 # $\max_t d(x_t, x^*)/d(x_0, x^*)$.
