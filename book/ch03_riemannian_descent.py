@@ -969,11 +969,12 @@ plt.show()
 # %%
 beyond = {name: {c: np.array([r["ball_grid"][c] for r in rows]) for c in STEP_GRID}
           for name, rows in {**h_rows, "Karcher, flat R2": flat_rows}.items()}
-print(f"{'step c/L':>24} " + " ".join(f"{c:>6g}" for c in STEP_GRID))
+w = max(len(name) for name in beyond) + len(": left the ball")
+print(f"{'step c/L':>{w}} " + " ".join(f"{c:>6g}" for c in STEP_GRID))
 for name, ratios in beyond.items():
-    print(f"{name + ': left the ball':>24} " + " ".join(
+    print(f"{name + ': left the ball':>{w}} " + " ".join(
         f"{np.mean(v > 1 + 1e-9):>6.0%}" for v in ratios.values()))
-    print(f"{'worst ratio':>24} " + " ".join(f"{v.max():>6.3g}" for v in ratios.values()))
+    print(f"{'worst ratio':>{w}} " + " ".join(f"{v.max():>6.3g}" for v in ratios.values()))
 safe_c = {name: max([c for c, v in ratios.items() if np.all(v <= 1 + 1e-9)], default=0.0)
           for name, ratios in beyond.items()}
 print("largest step c/L at which no run left the ball:",
