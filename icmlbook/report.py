@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from icmlbook.chapters import Chapter, list_chapters
-from icmlbook.results import (RESULTS_SEEDS, RESULTS_TIER, is_current, margin, read_results,
-                              summary)
+from icmlbook.results import (RESULTS_SEEDS, RESULTS_TIER, is_current, margin, percent,
+                              read_results, summary)
 
 PAGE = Path("book") / "reproduction.md"
 
@@ -81,8 +81,7 @@ def _chapter_section(c: Chapter, df: Any, t: Any) -> list[str]:
            "| kind | claim | isolates | needs | seeds passing | min | median | max "
            "| worst margin |", "|---|---|---|---|---:|---:|---:|---:|---:|"]
     for _, r in t.iterrows():
-        rel = "" if r["worst margin %"] is None or r["worst margin %"] != r["worst margin %"] \
-            else f" ({r['worst margin %']:.1f} %)"
+        rel = "" if percent(r["worst margin %"]) == "-" else f" ({percent(r['worst margin %'])} %)"
         out.append(f"| {r['kind']} | {_md(r['claim'])} | {r['isolates']} | {_md(r['needs'])} "
                    f"| {r['passed']} | {r['min']:.4g} | {r['median']:.4g} | {r['max']:.4g} "
                    f"| {r['worst margin']:.3g}{rel} |")

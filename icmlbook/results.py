@@ -34,6 +34,14 @@ def relative_margin(value: float, op: str, threshold: float) -> float | None:
     return None if threshold == 0 else margin(value, op, threshold) / abs(threshold)
 
 
+def percent(v: float | None) -> str:
+    """A relative margin for display: one decimal, capped at +-1000 % (a threshold of
+    1e-9 with a value of -0.01 is a margin of a billion per cent, which says nothing)."""
+    if v is None or v != v:
+        return "-"
+    return f"{v:.1f}" if abs(v) < 1000 else (">1000" if v > 0 else "<-1000")
+
+
 def write_results(chapter: Chapter, df: Any) -> Path:
     """Write the chapter's rows of a sweep ``df`` to its results file, after checking that
     they are seeds 0-9 at the default tier, with no errors, from the current code."""
@@ -120,8 +128,7 @@ def across_seeds(run: Any, root: str | Path | None = None) -> Any:
     shown = table.copy()
     for col in ("min", "median", "max", "worst margin"):
         shown[col] = [f"{v:.4g}" for v in table[col]]
-    shown["worst margin %"] = ["-" if v is None or v != v else f"{v:.1f}"
-                               for v in table["worst margin %"]]
+    shown["worst margin %"] = [percent(v) for v in table["worst margin %"]]
     display(shown.set_index("claim"))
     _strip_plot(df, table)
     return table

@@ -35,7 +35,9 @@ def test_cli_run_writes_json(tmp_path):
     res = cli("run", "5", "--tier", "smoke", "--seed", "3", "--json", str(out),
               "--out", str(tmp_path / "runs"))
     assert res.returncode == 0, res.stderr
-    assert "05 conformal_betting" in res.stdout and "PASS" in res.stdout
+    # at smoke, claims are recorded, not enforced: PASS or RECORDED, never FAILED
+    assert "05 conformal_betting" in res.stdout
+    assert ("PASS" in res.stdout or "RECORDED" in res.stdout) and "FAILED" not in res.stdout
     (entry,) = json.loads(out.read_text())
     assert entry["tier"] == "smoke" and entry["seed"] == 3 and entry["ok"]
     assert entry["record"]["seed"] == 3 and len(entry["record"]["claims"]) >= 2
