@@ -673,8 +673,8 @@ plt.show()
 #
 # Thresholds fixed before the run, calibrated on our own implementation at the default
 # tier (seeds 0-4, five networks each: the smallest $R^2$ we measured was 0.957 and the
-# largest endpoint error 0.092, so the bars below leave a margin; our prototype's bars of
-# 0.95 and 0.05 left none for $R^2$ and were missed by seeds 2 and 3 for the endpoint).
+# largest endpoint error 0.092, so the bars below leave a margin; bars of 0.95 and 0.05,
+# tried first, left none for $R^2$ and were missed by seeds 2 and 3 for the endpoint).
 # The smoke tier records the claims and does not enforce them.
 #
 # 1. **Universality:** Eq. 3 with two fitted rates reaches $R^2 \ge 0.93$ on each of

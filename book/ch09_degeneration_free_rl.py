@@ -591,8 +591,7 @@ print(f"total variation pi_theta vs pi_ref at this state: "
 # ## Claim checks
 #
 # Thresholds were fixed before the seed 0–4 runs, calibrated with margin on
-# prototype runs of this implementation (seeds 0–2; the brief's pilot for the
-# baseline's); the smoke tier records them without enforcing them.
+# trial runs of this implementation (seeds 0–2); the smoke tier records them without enforcing them.
 #
 # 1. **Task improvement without a coefficient:** DfPO ($\pi^-$ inference) raises the
 #    reward by at least 0.15 over the reference, at *both* learning rates (the worse of

@@ -531,12 +531,12 @@ plt.show()
 # %% [markdown]
 # ## Claim checks
 #
-# Thresholds fixed before the run, calibrated on a prototype of this exact experiment
+# Thresholds fixed before the run, calibrated on trial runs of this exact experiment
 # (seeds 0-4, default tier), for the averages over the `replicas` GANs of each arm. The
-# prototype's worst seeds are in brackets: the margins are modest, because 2-D GANs are noisy.
+# trials' worst seeds are in brackets: the margins are modest, because 2-D GANs are noisy.
 #
 # 1. **Exact score moves mass onto the manifold:** the off-manifold fraction with SMaRt
-#    (exact score) is at most 0.8 times the plain GAN's [prototype: worst 0.69, best 0.46].
+#    (exact score) is at most 0.8 times the plain GAN's [trials: worst 0.69, best 0.46].
 #    *A correction, stated openly:* with one $(t, \varepsilon)$ draw per sample, the full
 #    runs of this notebook measured 0.66, 0.77, 0.69, 0.52 and **0.91** on seeds 0-4, and
 #    this claim failed on seed 4. We then asked why, found the single-draw gradient's noise
@@ -598,7 +598,7 @@ run.verdict()
 # right panel shows the one nearest your $\lambda$. A young generator's samples sit near the
 # origin; the score term pulls them into whichever mode is nearest and keeps them there,
 # and the discriminator cannot spread them out again: the generator collapses onto one or
-# two modes (the brief's prototype kept 1 of 8). This is why the experiment above warms
+# two modes (a first trial kept 1 of 8). This is why the experiment above warms
 # the GANs up before it regularizes them. A too-high noise band (try steps 200-300) blurs
 # the manifold, and the arrows then point
 # toward the middle of the data rather than onto the curve.
@@ -707,7 +707,7 @@ icmlbook.explore(update, controls, run=run)
 # 0.47, 0.44, 0.52, 0.42, 0.44; learned score 0.54, 0.50, 0.52, 0.49, 0.53. With one draw
 # (our first version) they were 0.66, 0.77, 0.69, 0.52, 0.91 and 0.56, 0.60, 0.70, 0.49,
 # 0.64: the estimator's noise, not the objective, made the exact score look weak. It needs
-# $\lambda$ large enough to compete with the adversarial gradient. The brief's prototype reported "0.013 → 0.000" on a circle from one seed; we
+# $\lambda$ large enough to compete with the adversarial gradient. A first one-seed trial on a circle showed "0.013 → 0.000"; we
 # could not reproduce a drop of that size. (ii) It is a balance: the exact score is sharp
 # and mode-seeking, and at $\lambda = 0.3$ it already thins out up to about 1.7 of the 16
 # segments on some seeds, so claim 2 tolerates 2; at $\lambda = 3$ the GAN drops much
@@ -717,7 +717,7 @@ icmlbook.explore(update, controls, run=run)
 # Jacobian is smaller and a single noise draw kicks the generator less; with four draws the
 # two are close, the exact one slightly ahead, and the learned one still costs no coverage. (iv) On a *circle* the plain GAN's few percent of off-manifold mass
 # sit in the middle, where a continuous generator must tear its latent space; our
-# prototype found that no $\lambda$ removes it, which is why this chapter uses an open
+# trials found that no $\lambda$ removes it, which is why this chapter uses an open
 # curve. (v) The learned score is trained on the 100 smallest-noise steps only; the
 # paper's diffusion models are general. (vi) The paper's theory is about the optimal
 # discriminator; our small discriminator is far from optimal, and we measure the net

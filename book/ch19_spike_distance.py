@@ -881,7 +881,7 @@ run.metric("summary_table", table)
 # %% [markdown]
 # ## Claim checks
 #
-# Thresholds fixed before the default runs, from a prototype of this chapter (seeds 0–4),
+# Thresholds fixed before the default runs, from trial runs of this chapter (seeds 0–4),
 # all measured on the **unreliable** cell:
 #
 # 1. **Short intervals collapse:** with $L \le 5$ ms, *round* and *floor* Poisson
@@ -957,7 +957,7 @@ run.metric("regime_contrast", {f"{k[0]} {k[1]}ms": v[:2] for k, v in contrast.it
 # specifically one of *timing*, and it matters most for cells whose per-event firing
 # probability is low, where the Poisson decisions either collapse (round, floor) or
 # scatter spikes at random (sample). This is weaker than the paper's blanket statement,
-# and we do not claim more. (The prototype behind this chapter, in which the models saw
+# and we do not claim more. (A first version of this chapter, in which the models saw
 # the stimulus only up to "now", even had the Poisson model winning on the reliable cell;
 # see the notes below.)
 
@@ -1045,7 +1045,7 @@ icmlbook.explore(update, controls, run=run)
 #
 # Honest notes. (i) The neuron is simulated; the paper's cells and their reliability
 # are not ours, and **the advantage depends on the regime**: it is clearest for a cell
-# that fires on a minority of its driving events. (ii) In our first prototype the
+# that fires on a minority of its driving events. (ii) In a first version the
 # networks saw the stimulus only up to "now", so the distance model had to predict 48 ms
 # of responses to stimulus it had not seen, while a 2 ms Poisson model needed almost
 # none: the distance model then *lost* to the short-interval samples. The paper's
