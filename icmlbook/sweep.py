@@ -153,8 +153,8 @@ def _on_dask(todo: list[tuple[int, Job]], out_dir: Path, inplace: bool, workers:
                     disable=(not sys.stderr.isatty()) if bar is None else not bar)
     say = progress.write if not progress.disable else (lambda s: print(s, flush=True))
     say(f"[dask] {len(todo)} run(s) on {where}")
+    futures = {}
     try:
-        futures = {}
         for i, job in todo:
             fut = client.submit(_execute, *_args(job, out_dir, inplace, False), pure=False,
                                 key=f"icmlbook-{job.key}-{time.time_ns()}")
@@ -173,7 +173,7 @@ def _on_dask(todo: list[tuple[int, Job]], out_dir: Path, inplace: bool, workers:
             progress.update(1)
     finally:
         progress.close()
-        for fut in futures if "futures" in locals() else ():
+        for fut in futures:
             fut.cancel()
         client.close()
         if cluster is not None:
