@@ -20,6 +20,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from icmlbook.params import shown
 from icmlbook.tiers import TIERS
 
 
@@ -35,6 +36,9 @@ def main(argv: list[str] | None = None) -> int:
     except UsageError as exc:
         print(f"icmlbook: error: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # before or after the runs (during them: see cmd_run)
+        print("\nicmlbook: interrupted", file=sys.stderr)
+        return 130
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -99,13 +103,25 @@ def _add_selection(p: argparse.ArgumentParser) -> None:
     p.add_argument("--all", action="store_true", help="every chapter in _toc.yml")
 
 
-def _select(args: argparse.Namespace) -> list[Any]:
-    from icmlbook.chapters import book_root, list_chapters, resolve
+def _root(args: argparse.Namespace) -> Path:
+    """The book: ``--root`` exactly (never a folder above it), else found as usual."""
+    from icmlbook.chapters import book_root, is_book
 
+    if args.root is not None:
+        if not is_book(Path(args.root)):
+            raise UsageError(f"--root {shown(args.root)}: not the book (a folder with "
+                             "_toc.yml and book/)")
+        return Path(args.root).resolve()
     try:
-        chapters = list_chapters(book_root(args.root))
+        return book_root()
     except FileNotFoundError as exc:
         raise UsageError(str(exc)) from exc
+
+
+def _select(args: argparse.Namespace) -> list[Any]:
+    from icmlbook.chapters import list_chapters, resolve
+
+    chapters = list_chapters(_root(args))
     if args.all and args.chapters:
         raise UsageError("name chapters or use --all, not both")
     if args.all:
@@ -119,9 +135,9 @@ def _select(args: argparse.Namespace) -> list[Any]:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    from icmlbook.chapters import book_root, list_chapters
+    from icmlbook.chapters import list_chapters
 
-    chapters = list_chapters(book_root(args.root))
+    chapters = list_chapters(_root(args))
     rows = [{"number": c.number, "slug": c.slug, "title": c.title, "part": c.part,
              "parameters": {p.name: {"default": p.default, "help": p.comment}
                             for p in c.parameters.values()}} for c in chapters]
@@ -158,18 +174,61 @@ def _jobs(chapters: list[Any], tier: str, seeds: list[int], overrides: dict[str,
     return jobs
 
 
+def _overrides(pairs: list[list[str]], seed_flag: str) -> dict[str, str]:
+    """``-p NAME VALUE`` pairs as a dict: each name once; tier and seed have own flags."""
+    own = {"tier": "--tier", "seed": seed_flag}
+    values: dict[str, str] = {}
+    for name, value in pairs:
+        if name in own:
+            raise UsageError(f"-p {name}: use {own[name]} to set the {name}")
+        if name in values:
+            raise UsageError(f"-p {shown(name)} is given twice ({shown(values[name])} and "
+                             f"{shown(value)}); give each parameter once")
+        values[name] = value
+    return values
+
+
 def _writable_file(path: str | None, flag: str) -> None:
+    """``path`` can be written: a file (new or existing) in an existing, writable folder.
+    Checked before any kernel starts, so that no finished run is lost at the end."""
     if path is None:
         return
     p = Path(path)
-    if p.is_dir() or not p.parent.is_dir():
-        raise UsageError(f"{flag} {path!r}: needs a file in an existing folder")
+    try:
+        if not path or p.is_dir() or not p.parent.is_dir():
+            raise UsageError(f"{flag} {shown(path)}: needs a file in an existing folder")
+        existed = p.exists()
+        with open(p, "a", encoding="utf-8"):
+            pass
+        if not existed:
+            p.unlink()
+    except OSError as exc:
+        raise UsageError(f"{flag} {shown(path)}: cannot write there ({exc.strerror})") from None
 
 
 def _writable_dir(path: str, flag: str) -> None:
+    """``path`` is (or can be made) a folder we can write files into."""
+    import tempfile
+
     p = Path(path)
-    if not path or (p.exists() and not p.is_dir()):
-        raise UsageError(f"{flag} {path!r}: needs a folder")
+    try:
+        if not path or (p.exists() and not p.is_dir()):
+            raise UsageError(f"{flag} {shown(path)}: needs a folder")
+        p.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=p):
+            pass
+    except OSError as exc:
+        raise UsageError(f"{flag} {shown(path)}: cannot write there ({exc.strerror})") from None
+
+
+def _workers(asked: int, runs: int, flag: str) -> int:
+    """At most one worker per run; a note when more are asked for than there are cores."""
+    cores = os.cpu_count() or 1
+    n = min(asked, runs)
+    if n > cores:
+        print(f"note: {flag} {n} kernels at once on {cores} core(s); each will run slower",
+              file=sys.stderr)
+    return n
 
 
 def parse_seeds(spec: str) -> list[int]:
@@ -181,9 +240,9 @@ def parse_seeds(spec: str) -> list[int]:
         try:
             a, b = (int(lo), int(hi)) if sep else (int(part), int(part))
         except ValueError:
-            raise UsageError(f"--seeds: {part!r} is not a seed or a range like 0-9") from None
+            raise UsageError(f"--seeds: {shown(part)} is not a seed or a range like 0-9") from None
         if not (0 <= a <= b < 2**31) or b - a > 100000:
-            raise UsageError(f"--seeds: {part!r} is not a range of seeds in [0, 2**31)")
+            raise UsageError(f"--seeds: {shown(part)} is not a range of seeds in [0, 2**31)")
         seeds.update(range(a, b + 1))
     return sorted(seeds)
 
@@ -195,19 +254,20 @@ def cmd_run(args: argparse.Namespace) -> int:
     chapters = _select(args)
     if args.jobs < 1:
         raise UsageError("--jobs must be at least 1")
-    if args.seed < 0:
-        raise UsageError(f"--seed must be a non-negative integer; got {args.seed}")
-    overrides = dict(args.param)
+    if not 0 <= args.seed < 2**31:
+        raise UsageError(f"--seed must be an integer in [0, 2**31); got {shown(args.seed)}")
+    overrides = _overrides(args.param, "--seed")
     if args.inplace and (args.tier != "default" or args.seed != 0 or overrides):
         raise UsageError("--inplace stores the committed outputs: default tier, seed 0, "
                          "no -p (use --out for other runs)")
-    _writable_dir(args.out, "--out")
-    _writable_file(args.json, "--json")
     jobs = [(j.chapter, j.tier, j.seed, j.params)
             for j in _jobs(chapters, args.tier, [args.seed], overrides)]
+    _writable_dir(args.out, "--out")
+    _writable_file(args.json, "--json")
+    workers = _workers(args.jobs, len(jobs), "--jobs")
     status = 0
     try:
-        results = run_many(jobs, Path(args.out), args.inplace, workers=min(args.jobs, len(jobs)),
+        results = run_many(jobs, Path(args.out), args.inplace, workers=workers,
                            verbose=args.verbose)
     except Interrupted as exc:
         print(f"\ninterrupted: {len(exc.results)} run(s) had finished", file=sys.stderr)
@@ -236,17 +296,17 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
     chapters = _select(args)
     seeds = parse_seeds(args.seeds)
-    overrides = dict(args.param)
+    overrides = _overrides(args.param, "--seeds")
     if args.workers is not None and args.workers < 1:
         raise UsageError("--workers must be at least 1")
     if args.update_results and (seeds != list(range(10)) or args.tier != "default" or overrides):
         raise UsageError("--update-results writes the committed results: --seeds 0-9, "
                          "--tier default, no -p")
+    jobs = _jobs(chapters, args.tier, seeds, overrides)
     _writable_dir(args.out, "--out")
     _writable_file(args.json, "--json")
-    jobs = _jobs(chapters, args.tier, seeds, overrides)
     out = Path(args.out)
-    workers = min(args.workers or os.cpu_count() or 1, len(jobs))
+    workers = _workers(args.workers or os.cpu_count() or 1, len(jobs), "--workers")
     status = 0
     try:
         results = run_jobs(jobs, out / "notebooks", workers=workers, scheduler=args.scheduler,
@@ -277,13 +337,9 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from icmlbook.chapters import book_root
     from icmlbook.report import PAGE, render, write
 
-    try:
-        root = book_root(args.root)
-    except FileNotFoundError as exc:
-        raise UsageError(str(exc)) from exc
+    root = _root(args)
     if args.check:
         current = (root / PAGE).exists() and (root / PAGE).read_text(encoding="utf-8") == \
             render(root)
@@ -300,7 +356,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
     tiers = [t.strip() for t in args.tiers.split(",") if t.strip()]
     bad = [t for t in tiers if t not in TIERS]
     if bad:
-        raise UsageError(f"unknown tier {bad[0]!r}; tiers are {', '.join(TIERS)}")
+        raise UsageError(f"--tiers: unknown tier {shown(bad[0])}; tiers are {', '.join(TIERS)}")
+    if not tiers:
+        raise UsageError(f"--tiers: name at least one tier of {', '.join(TIERS)}")
+    _writable_file(args.out, "--out")
     return bench(chapters, tiers, Path(args.out))
 
 

@@ -146,6 +146,8 @@ def execute(chapter: Chapter, tier: str, seed: int, params: dict[str, Any], out_
         if executed.exists():
             nb = nbformat.read(executed, as_version=4)
             result.record = read_record(nb)
+            if result.error and not result.error.startswith(("cell ", "a cell")):
+                result.error = f"{running_cell(nb)}: {result.error}"
             if inplace and result.ok:
                 nbformat.write(clean(nb), out_path)
             else:
@@ -155,6 +157,21 @@ def execute(chapter: Chapter, tier: str, seed: int, params: dict[str, Any], out_
                 out_path.parent.mkdir(parents=True, exist_ok=True)
                 nbformat.write(nb, out_path)
     return result
+
+
+def running_cell(nb: Any) -> str:
+    """The cell a run stopped in without an error of its own (the kernel died, a timeout):
+    papermill marks it "running" in the notebook it saves before each cell."""
+    number = 0
+    for cell in nb.cells:
+        if cell.cell_type != "code":
+            continue
+        number += 1
+        if cell.metadata.get("papermill", {}).get("status") == "running":
+            first = next((ln for ln in cell.source.splitlines() if ln.strip()), "")
+            first = first if len(first) <= 60 else first[:57] + "..."
+            return f"cell {number} (`{first.strip()}`)"
+    return "a cell"
 
 
 def _describe(exc: Any) -> str:
