@@ -146,8 +146,8 @@ def execute(chapter: Chapter, tier: str, seed: int, params: dict[str, Any], out_
         if executed.exists():
             nb = nbformat.read(executed, as_version=4)
             result.record = read_record(nb)
-            if result.error and not result.error.startswith(("cell ", "a cell")):
-                result.error = f"{running_cell(nb)}: {result.error}"
+            if result.error and not result.error.startswith("cell "):
+                result.error = f"{running_cell(nb)}: {result.error.removeprefix('a cell: ')}"
             if inplace and result.ok:
                 nbformat.write(clean(nb), out_path)
             else:
@@ -161,17 +161,19 @@ def execute(chapter: Chapter, tier: str, seed: int, params: dict[str, Any], out_
 
 def running_cell(nb: Any) -> str:
     """The cell a run stopped in without an error of its own (the kernel died, a timeout):
-    papermill marks it "running" in the notebook it saves before each cell."""
-    number = 0
+    the last code cell papermill started (it stamps ``start_time`` on each cell it runs)."""
+    number, last = 0, None
     for cell in nb.cells:
         if cell.cell_type != "code":
             continue
         number += 1
-        if cell.metadata.get("papermill", {}).get("status") == "running":
-            first = next((ln for ln in cell.source.splitlines() if ln.strip()), "")
-            first = first if len(first) <= 60 else first[:57] + "..."
-            return f"cell {number} (`{first.strip()}`)"
-    return "a cell"
+        if cell.metadata.get("papermill", {}).get("start_time"):
+            last = (number, cell)
+    if last is None:
+        return "a cell"
+    first = next((ln.strip() for ln in last[1].source.splitlines() if ln.strip()), "")
+    first = first if len(first) <= 60 else first[:57] + "..."
+    return f"cell {last[0]} (`{first}`)"
 
 
 def _describe(exc: Any) -> str:

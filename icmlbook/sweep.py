@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import signal
 import sys
 import time
 from dataclasses import dataclass, field
@@ -142,8 +143,15 @@ def _on_dask(todo: list[tuple[int, Job]], out_dir: Path, inplace: bool, workers:
     cluster = None
     if scheduler is None:
         n = max(1, min(workers, len(todo)))
-        cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True,
-                               dashboard_address=None, silence_logs=logging.ERROR)
+        # A terminal's Ctrl-C reaches every process of the foreground group. The worker
+        # processes inherit an ignored SIGINT (Python keeps it ignored), so only this
+        # process sees it: it stops the cluster and keeps the finished runs.
+        previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+        try:
+            cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True,
+                                   dashboard_address=None, silence_logs=logging.ERROR)
+        finally:
+            signal.signal(signal.SIGINT, previous)
         client = Client(cluster)
         where = f"an embedded LocalCluster of {n} worker(s)"
     else:

@@ -10,6 +10,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -256,15 +257,20 @@ def test_ctrl_c_stops_cleanly_with_the_finished_runs(tiny_book, tmp_path, jobs):
                              "--out", str(tmp_path / "runs")],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True)
+    reader.start()
     deadline = time.time() + 180
-    while time.time() < deadline and not pid_file.exists():
+    while time.time() < deadline and not (
+            pid_file.exists() and any(ln.startswith("[pass] 05") for ln in lines)):
         time.sleep(0.2)
     assert pid_file.exists(), "chapter 16 never started"
     kernel = int(pid_file.read_text())
-    time.sleep(1.0)  # chapter 05 has finished by now (it started first or beside 16)
     t0 = time.time()
     os.killpg(proc.pid, signal.SIGINT)
-    stdout, stderr = proc.communicate(timeout=60)
+    proc.wait(timeout=60)
+    reader.join(timeout=10)
+    stdout, stderr = "".join(lines), proc.stderr.read()
     assert time.time() - t0 < 20, "Ctrl-C took too long"
     assert proc.returncode == 130, stderr[-3000:]
     assert "interrupted" in stderr and "Traceback" not in stderr, stderr[-3000:]
