@@ -15,6 +15,7 @@ export JUPYTER_PREFER_ENV_PATH := 1
 
 help:
 	@echo "make test           set up .venv, run the whole test suite"
+	@echo "make test-fast      the fast lane: no training, kernels or book build (< 1 min)"
 	@echo "make book           set up .venv, execute every chapter (default tier), build _build/html"
 	@echo "make execute CH=05  re-execute one chapter in place at the default tier"
 	@echo "make lab            JupyterLab on book/ with jupytext pairing"
@@ -36,6 +37,12 @@ $(STAMP): pyproject.toml
 test: venv
 	ICMLBOOK_HEADLESS=1 $(BIN)/python -m pytest -n $(JOBS) --dist loadscope \
 		--nbval-lax --nbval-cell-timeout=600 tests book
+
+# The fast lane (under a minute on 2 cores): library and CLI tests, structure, and the
+# chapters' unit tests that need no training fixture; no kernels, no book build.
+test-fast: venv
+	ICMLBOOK_HEADLESS=1 $(BIN)/python -m pytest -n $(JOBS) -q \
+		-m "not slow and not smoke and not book" tests
 
 lint: venv
 	$(BIN)/ruff check icmlbook tests

@@ -17,6 +17,7 @@ def random_pair(M, rng, r=1.5):
 
 # -- the geometry (Eqs. 2, 4, 5) ----------------------------------------------------------
 @pytest.mark.parametrize("M", [H, S, F], ids=["H2", "S2", "R2"])
+@pytest.mark.slow
 def test_exp_log_round_trip_and_norm(M):
     rng = np.random.default_rng(0)
     for k in range(300):
@@ -155,6 +156,7 @@ def test_inexact_prox_meets_the_stopping_rule():
 
 
 @pytest.mark.parametrize("obj", [K, LC], ids=["Karcher", "log-cosh"])
+@pytest.mark.slow
 def test_safe_step_keeps_the_ball_and_a_long_step_leaves_it(obj):
     # Eq. 3: with eta <= 1/(zeta L) the distance to x* never increases (the ball check);
     # a step of 12/L is a deliberately broken step rule that leaves the ball
@@ -172,6 +174,7 @@ def test_safe_step_keeps_the_ball_and_a_long_step_leaves_it(obj):
 
 @pytest.mark.parametrize("obj", [K, LC], ids=["Karcher", "log-cosh"])
 @pytest.mark.parametrize("M, D, R", [(H, 3.0, 4.0), (S, 0.5, 0.7)], ids=["H2", "S2"])
+@pytest.mark.slow
 def test_prox_check_holds_and_fails_when_over_relaxed(M, D, R, obj):
     # Eq. 11: the exact prox never moves away from x*; a prox step taken 2.5 times too far does
     before, after, lams = ch.prox_displacements(M, obj, D, R, 6, np.random.default_rng(0))
@@ -207,6 +210,7 @@ def wrapped_prox(monkeypatch, **change):
     monkeypatch.setattr(ch, "prox", broken)
 
 
+@pytest.mark.slow
 def test_paper_claims_hold_on_a_small_sweep():
     t = tables(trials=2)
     assert ch.inexact_outer_ratio(t) <= ch.C_INEXACT_OUTER
@@ -216,6 +220,7 @@ def test_paper_claims_hold_on_a_small_sweep():
     assert ch.fixed_budget_ratio(t) <= ch.C_VS_FIXED
 
 
+@pytest.mark.slow
 def test_criterion_without_one_over_lambda_fails_the_outer_step_claim(monkeypatch):
     # claim 1: ||grad h|| <= sigma d(x_t, y) (the 1/lambda lost) is far too loose at
     # lambda = 100, so the "prox" stops early and the outer loop takes many more steps
@@ -224,12 +229,14 @@ def test_criterion_without_one_over_lambda_fails_the_outer_step_claim(monkeypatc
     assert not ch.inexact_outer_ratio(t) <= ch.C_INEXACT_OUTER
 
 
+@pytest.mark.slow
 def test_a_criterion_that_is_the_exact_prox_fails_the_work_claim():
     # claim 2: sigma = 1e-6 solves every prox almost exactly: no inner work is saved
     t = tables(objectives=("Karcher",), sigma=1e-6, grid=(1.0,), budgets=())
     assert not ch.inexact_work_ratio(t) <= ch.C_INEXACT_WORK
 
 
+@pytest.mark.slow
 def test_single_step_prox_fails_the_flat_outer_loop_claim(monkeypatch):
     # claim 3: a "prox" of one inner gradient step is RGD with a smaller step, and its outer
     # count grows with the curvature
@@ -244,6 +251,7 @@ def test_flat_geometry_fails_the_tuned_rgd_growth_claim():
     assert not ch.tuned_growth(t["Karcher"]) >= ch.C_RGD_GROWTH
 
 
+@pytest.mark.slow
 def test_slow_inner_solver_fails_the_baseline_claim(monkeypatch):
     # claim 5: an inner RGD at a tenth of its step spends far more than the best fixed budget
     wrapped_prox(monkeypatch, slow=10.0)

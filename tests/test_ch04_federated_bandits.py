@@ -41,6 +41,7 @@ def default_problem():
 
 
 # -- the objective -----------------------------------------------------------------
+@pytest.mark.slow
 def test_rewards_lie_in_unit_interval_and_mean_is_f():
     G = problem(1, n=20, pool=200)
     assert G.min() >= 0 and G.max() <= 1
@@ -55,6 +56,7 @@ def test_rewards_lie_in_unit_interval_and_mean_is_f():
     assert many.var() == pytest.approx(g.var() / 1000, rel=0.15)
 
 
+@pytest.mark.slow
 def test_gaussian_limit_has_the_exact_mean_and_variance():
     G = problem(1, n=20, pool=200)
     combos, mean, std = ch.subset_moments(G, 3)
@@ -224,6 +226,7 @@ def u_statistic(G, f_ref, seed, reps, **kw):
 
 
 @pytest.mark.parametrize("seed", [0, 19])
+@pytest.mark.slow
 def test_claim1_holds(seed):
     G = problem(seed)
     S_greedy, _ = exact_greedy(G, 4)
@@ -297,6 +300,7 @@ def measure(G, f_ref, seed, reps=3, **kw):
 
 
 @pytest.mark.parametrize("seed", range(3))
+@pytest.mark.slow
 def test_slope_checks_hold(seed):
     G = problem(seed)
     S_greedy, _ = exact_greedy(G, 4)

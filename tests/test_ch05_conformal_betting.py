@@ -104,6 +104,7 @@ def test_validity_claim_fails_for_a_fixed_stake_bettor():
     assert ch.miscoverage_gap(scores, broken, 0.1) > ch.C_GAP
 
 
+@pytest.mark.slow
 def test_one_rate_claim_fails_when_the_reference_is_itself_a_fixed_rate():
     # put OGD at the best single rate in KT's place: the ratio is 1, far below the bar
     sc, _, _, alpha_col = sweep_streams()

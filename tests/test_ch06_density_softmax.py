@@ -83,6 +83,7 @@ def test_density_scale_and_temperature():
     assert ch.density_scale(q, train.max(), tau).item() == pytest.approx(0.5, rel=1e-5)
 
 
+@pytest.mark.slow
 def test_lipschitz_features_are_bi_lipschitz():
     torch.manual_seed(0)
     X, y = ch.moons(400, 0)

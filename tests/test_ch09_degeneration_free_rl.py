@@ -91,6 +91,7 @@ def tiny_model(seed=0):
                                    max_len=32, abs_pe="learned"))
 
 
+@pytest.mark.slow
 def test_sgd_step_on_a_negative_pi_minus_sample_lowers_its_probability():
     model = tiny_model()
     ids = torch.tensor([[ch.BOS] + ch.TOK.encode("the film was great".split())])
@@ -135,6 +136,7 @@ def test_reward_and_exact_acceptor():
     assert ch.distinct_n([["a", "b", "a", "b"]], 2) == pytest.approx(2 / 3)
 
 
+@pytest.mark.slow
 def test_datasets_are_grammatical_and_prompts_are_prefixes():
     lm, train, held = ch.make_datasets(ch.GRAMMAR, ch.TOK, 16, seed=3)
     assert lm.shape == (6000, 25) and (lm[:, 0] == ch.BOS).all()

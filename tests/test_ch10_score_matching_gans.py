@@ -37,6 +37,7 @@ def test_broken_eps_fails_the_score_claim():
     assert autograd_error(no_shrink) > 1e-5
 
 
+@pytest.mark.slow
 def test_log_pt_is_a_normalized_density():
     a, s = SCHED.alpha[40].view(1, 1), SCHED.sigma[40].view(1, 1)
     xs = torch.linspace(-3, 3, 301)
@@ -82,6 +83,7 @@ def test_ensemble_members_are_independent_and_select_copies():
     assert not torch.allclose(single.weights[0][0], E.weights[0][1])
 
 
+@pytest.mark.slow
 def test_metrics_on_real_and_wrong_samples():
     g = torch.Generator().manual_seed(3)
     real = ch.sample_gmm(MEANS, S, 4000, g)
@@ -136,6 +138,7 @@ def test_untrained_score_model_fails_the_learned_score_claim(arms):
     assert arms["untrained score model"]["off"] / arms["GAN"]["off"] > 0.75
 
 
+@pytest.mark.slow
 def test_regularizer_from_scratch_collapses_a_ring_gan():
     """The widget's ring preset: trained from scratch, lambda = 0.3 keeps one or two of 8
     isolated modes, the plain GAN all 8 (the brief's mode-dropping pitfall)."""

@@ -74,6 +74,7 @@ def test_generator_premise_holds(seed):
     assert acc["spurious"][1] <= 0.40
 
 
+@pytest.mark.slow
 def test_generator_claims_fail_for_broken_generators():
     rng = np.random.default_rng(0)
     xs, ys = ch.simulate(N, "source", rng, T=T)
@@ -272,6 +273,7 @@ def test_no_disentangler_fails_the_selectivity_claim(trained):
     assert M[ch.SPURIOUS_EDGE] > 0.5  # and cuts nothing
 
 
+@pytest.mark.slow
 def test_scrambled_source_labels_fail_the_source_accuracy_claim():
     # a batching bug: labels drawn with the wrong permutation, i.e. unrelated to the windows
     xs, ys, xt, _, xs_te, ys_te, _, _ = chapter_data(0)

@@ -133,6 +133,7 @@ def test_exact_tim_of_the_chapter_mdp():
     assert sim[0, 1, 2] < 1e-9 and sim[2, 1, 2] < 1e-9 and sim[1, 1, 2] > 1.0
 
 
+@pytest.mark.slow
 def test_trajectory_frequencies_match_stationary_distribution():
     P, R, pi = default_setup()
     _, _, _, d = ch.exact_impacts(P, pi, R, ch.DEV)
@@ -149,6 +150,7 @@ def test_step_size_schedule():
     assert ch.step_size(100, (0.5, 0.5)) == pytest.approx(0.05)
 
 
+@pytest.mark.slow
 def test_estimator_is_decentralised():
     # agent i's estimate uses only its own reward: changing r_2 moves only agent 2's columns
     P, R, pi = default_setup()
@@ -163,6 +165,7 @@ def test_estimator_is_decentralised():
         assert not np.allclose(t1[:, 2], t2[:, 2])
 
 
+@pytest.mark.slow
 def test_critics_side_by_side_equal_critics_alone():
     P, R, pi = default_setup()
     states, actions = ch.sample_trajectory(P, pi, 3000, np.random.default_rng(4))
@@ -175,6 +178,7 @@ def test_critics_side_by_side_equal_critics_alone():
         assert np.allclose(snaps[1500][0], snaps1[1500][0], atol=1e-12)
 
 
+@pytest.mark.slow
 def test_myopic_ablation_estimates_the_exact_myopic_impact():
     _, _, _, d = exact()
     _, R, _ = default_setup()
@@ -185,6 +189,7 @@ def test_myopic_ablation_estimates_the_exact_myopic_impact():
 
 
 @pytest.mark.parametrize("seed", [0, 1])
+@pytest.mark.slow
 def test_paper_claims_hold_for_the_chapter_estimator(seed):
     tim_hat, sim_hat, _ = estimates(seed)[0]
     assert all(paper_claims(tim_hat, sim_hat, seed).values())
@@ -195,6 +200,7 @@ def test_paper_claims_hold_for_the_chapter_estimator(seed):
 
 # ---- each paper claim fails for a broken variant -----------------------------------------
 
+@pytest.mark.slow
 def test_transposed_convention_fails_both_separation_claims():
     tim_hat, _, _ = estimates(0)[0]
     holds = paper_claims(tim_hat.T, None, 0)
@@ -207,6 +213,7 @@ def test_critic_without_the_future_fails_every_paper_claim():
 
 
 @pytest.mark.parametrize("seed", [0, 1])
+@pytest.mark.slow
 def test_authors_constant_step_fails_the_accuracy_claims(seed):
     tim_hat, sim_hat, _ = estimates(seed)[2]
     holds = paper_claims(tim_hat, sim_hat, seed)
@@ -214,6 +221,7 @@ def test_authors_constant_step_fails_the_accuracy_claims(seed):
     assert holds["vs_myopic"] and holds["vs_corr"]  # it still separates the graph
 
 
+@pytest.mark.slow
 def test_no_averaging_fails_the_accuracy_claims():
     # beta_t = 1: TIM^ and SIM^ are the last impact samples only
     tim_hat, sim_hat, _ = estimates(0, critics=CHAPTER_CRITICS[:1], tim_step=(1.0, 0.0),
@@ -250,6 +258,7 @@ def test_population_correlation_of_the_xor_edge_is_zero_only_under_a_uniform_pol
         assert c[0, 0] > 0.99  # it does see direct, linear influence
 
 
+@pytest.mark.slow
 def test_population_correlation_matches_a_long_rollout():
     P, R, pi = default_setup()
     P_pi = ch.state_action_chain(P, pi)
@@ -263,6 +272,7 @@ def test_population_correlation_matches_a_long_rollout():
         assert np.abs(exact_c - sample_c).max() < 0.03
 
 
+@pytest.mark.slow
 def test_lagged_correlation_finds_the_transition_edge_only_within_states():
     states, actions = rollout(3)
     _, R, _ = default_setup()

@@ -52,6 +52,7 @@ def test_inputs_mask_the_future_history_but_not_the_stimulus():
 
 
 # -- inference (Eqs. 4-5) ---------------------------------------------------------------
+@pytest.mark.slow
 def test_greedy_roundtrip_is_exact():
     # hidden check: infer(distance(S)) == S inside the window, spikes >= 2 apart, some past it
     assert ch.roundtrip_fraction(150, np.random.default_rng(2), D_MAX, W_LOW) == 1.0
@@ -63,6 +64,7 @@ def test_roundtrip_claim_fails_without_candidates_past_the_window():
     assert ch.roundtrip_fraction(150, np.random.default_rng(2), D_MAX, W_LOW, infer=no_end) < 1.0
 
 
+@pytest.mark.slow
 def test_roundtrip_claim_fails_with_a_non_strict_removal_rule():
     # removing a candidate on a tie (delta <= 0) drops true spikes past the window early,
     # while their neighbours still cover for them; the window's end is then refilled wrongly
@@ -89,6 +91,7 @@ def test_roundtrip_claim_fails_with_a_non_strict_removal_rule():
     assert ch.roundtrip_fraction(150, np.random.default_rng(2), D_MAX, W_LOW, infer=infer_ties) < 1.0
 
 
+@pytest.mark.slow
 def test_dp_is_exact_against_enumeration():
     # tiny window: every subset of the N = P + d_max candidates
     rng = np.random.default_rng(4)
@@ -104,6 +107,7 @@ def test_dp_is_exact_against_enumeration():
         assert ch.inference_objective(greedy, d_hat, d_max, W_LOW) >= best - 1e-9
 
 
+@pytest.mark.slow
 def test_greedy_is_near_optimal_on_noisy_curves():
     # hidden check: greedy objective <= 1.05 x the exact DP optimum on the median noisy curve
     rng = np.random.default_rng(5)

@@ -166,7 +166,7 @@ VALUES = st.one_of(st.text(max_size=40), st.integers().map(str),
 PARAMS = [(c.number, name) for c in CHAPTERS for name in c.parameters]
 
 
-@settings(max_examples=250, deadline=None, derandomize=True,
+@settings(max_examples=150, deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(target=st.sampled_from(PARAMS), value=VALUES)
 def test_any_value_is_accepted_or_refused_cleanly(no_kernels, capsys, tmp_path, target, value):

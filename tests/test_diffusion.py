@@ -77,6 +77,7 @@ def test_ddpm_sampler_with_the_exact_predictor_recovers_the_data():
     assert torch.allclose(x.std(0), torch.full((2,), C), atol=0.05)
 
 
+@pytest.mark.slow
 def test_training_learns_the_gaussian_predictor():
     torch.manual_seed(0)
     sched = Schedule.linear()

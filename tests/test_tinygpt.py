@@ -67,6 +67,7 @@ def test_filter_logits():
     assert not torch.isinf(filter_logits(logits, top_p=1.0)).any()
 
 
+@pytest.mark.slow
 def test_generate_and_fit():
     m = model("rope")
     data = torch.arange(12).remainder(11).repeat(8, 1)       # 0 1 2 ... 10 0: a deterministic cycle
