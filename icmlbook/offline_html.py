@@ -58,7 +58,7 @@ PACKAGES = {
 
 # where each package lands under _static/vendor/
 TARGET = {"mathjax": "mathjax", "requirejs": "requirejs",
-          "@jupyter-widgets/html-manager": "html-manager"}
+          "@jupyter-widgets/html-manager": "@jupyter-widgets/html-manager"}
 
 
 def _cache_dir() -> Path:
@@ -135,6 +135,19 @@ def vendor(dest: Path) -> dict[str, Path]:
     return out
 
 
+# The html-manager takes the folder of its icon fonts from its require.js module URL,
+# which by default is relative to the page (book/@jupyter-widgets/...). This runs after
+# require.js and before embed-amd.js and maps the module names to the vendored copy.
+REQUIRE_PATHS_JS = """\
+// icmlbook: widget modules are served from the book's own _static/vendor/ folder.
+(function () {
+  var src = document.currentScript.src;
+  var base = src.slice(0, src.lastIndexOf("/") + 1);
+  require.config({paths: {"@jupyter-widgets": base + "@jupyter-widgets"}});
+})();
+"""
+
+
 def _builder_inited(app) -> None:
     if app.builder.format != "html":
         return
@@ -142,6 +155,7 @@ def _builder_inited(app) -> None:
     # static path: the source tree stays untouched
     static_root = Path(app.doctreedir).parent / "icmlbook_static"
     vendor(static_root / "vendor")
+    (static_root / "vendor" / "require-paths.js").write_text(REQUIRE_PATHS_JS)
     app.config.html_static_path.append(str(static_root))
 
 
