@@ -504,7 +504,7 @@ for key in ("off", "mmd"):
     run.metric(f"{key}_per_arm", {arm: final[key][i].tolist() for i, arm in enumerate(ARMS)})
 run.metric("coverage_per_arm", {arm: cov_min[i].tolist() for i, arm in enumerate(ARMS)})
 
-# %%
+# %% tags=["hide-input"]
 with torch.no_grad():
     show = G(torch.randn(G.members, 1500, 2, generator=gen))
 fig, axes = plt.subplots(1, 4, figsize=(11, 2.9))
@@ -603,7 +603,7 @@ run.verdict()
 # the manifold, and the arrows then point
 # toward the middle of the data rather than onto the curve.
 
-# %%
+# %% tags=["hide-input"]
 import ipywidgets as W
 
 RING_MEANS = 2.0 * torch.stack([torch.cos(torch.arange(8) * math.pi / 4),
