@@ -50,8 +50,9 @@ execute-all: venv
 book: venv execute-all
 	$(BIN)/jupyter-book build . -W -n --keep-going
 
+# labconfig/overrides.json: chapters' .py open as notebooks (jupytext), no news popup.
 lab: venv
-	$(BIN)/jupyter lab --notebook-dir=book
+	$(BIN)/jupyter lab --notebook-dir=book --LabApp.app_settings_dir=$(CURDIR)/labconfig
 
 bench: venv
 	$(BIN)/icmlbook bench --all --out bench.md

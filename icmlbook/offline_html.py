@@ -159,6 +159,21 @@ def _builder_inited(app) -> None:
     app.config.html_static_path.append(str(static_root))
 
 
+def _drop_thebe(app, pagename, templatename, context, doctree) -> None:
+    """Leave out sphinx-thebe's scripts: Jupyter Book always loads the extension, whose
+    inline config names a CDN copy of thebe; the book has no live-code button, so
+    the scripts would never run."""
+    files = context.get("script_files")
+    if not files:
+        return
+    def thebe(js) -> bool:
+        name = str(getattr(js, "filename", js) or "")
+        body = str(getattr(js, "attributes", {}).get("body", ""))
+        return name.endswith("sphinx-thebe.js") or "THEBE_JS_URL" in body
+    context["script_files"] = [js for js in files if not thebe(js)]
+
+
 def setup(app):
     app.connect("builder-inited", _builder_inited, priority=100)
+    app.connect("html-page-context", _drop_thebe)
     return {"version": "1", "parallel_read_safe": True, "parallel_write_safe": True}
