@@ -86,7 +86,7 @@ def _tarball(name: str) -> Path:
         with tempfile.TemporaryDirectory() as tmp:
             res = subprocess.run([npm, "pack", "--json", f"{name}@{version}",
                                   "--pack-destination", tmp],
-                                 capture_output=True, text=True, timeout=300)
+                                 check=False, capture_output=True, text=True, timeout=300)
             if res.returncode != 0:
                 raise RuntimeError(f"npm pack {name}@{version} failed:\n{res.stderr[-2000:]}")
             info = json.loads(res.stdout)[0]
