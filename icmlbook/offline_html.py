@@ -83,14 +83,16 @@ def _tarball(name: str) -> Path:
                 f"icmlbook.offline_html: {tgz.name} is not in {cache} and npm is not "
                 "installed; install Node.js and npm (Debian: apt-get install npm) once, "
                 "or put the tarball there by hand")
-        with tempfile.TemporaryDirectory() as tmp:
+        # fetched into the cache folder, then renamed: two builds running at once
+        # (pytest-xdist) never read a half-written tarball
+        with tempfile.TemporaryDirectory(dir=cache) as tmp:
             res = subprocess.run([npm, "pack", "--json", f"{name}@{version}",
                                   "--pack-destination", tmp],
                                  check=False, capture_output=True, text=True, timeout=300)
             if res.returncode != 0:
                 raise RuntimeError(f"npm pack {name}@{version} failed:\n{res.stderr[-2000:]}")
             info = json.loads(res.stdout)[0]
-            shutil.move(str(Path(tmp) / info["filename"]), tgz)
+            os.replace(Path(tmp) / info["filename"], tgz)
     got = _integrity(tgz)
     if got != integrity:
         tgz.unlink()
