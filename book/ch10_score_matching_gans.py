@@ -213,7 +213,7 @@ s_chk = SCHED.sigma[t_chk].double().unsqueeze(-1)
 grad_log_pt = torch.autograd.grad(gmm_log_pt(x_chk, a_chk, s_chk, means.double(), DATA_STD).sum(),
                                   x_chk)[0]
 score_check_err = float((gmm_eps_star(x_chk, a_chk, s_chk, means.double(), DATA_STD)
-                         + s_chk * grad_log_pt).abs().max())
+                         + s_chk * grad_log_pt).detach().abs().max())
 print(f"max |eps*(Eq. 3) + sigma * autograd grad log p_t| = {score_check_err:.1e}")
 print("noise band: steps", t_lo, "..", t_hi, f"-> sigma {float(SCHED.sigma[t_lo]):.3f} .. "
       f"{float(SCHED.sigma[t_hi]):.3f}")

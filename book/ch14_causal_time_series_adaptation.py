@@ -564,7 +564,7 @@ def train_model(method, xs, ys, xt, seed, epochs=30, batch=128, lr=3e-3, mask_lr
             loss.backward()
             opt.step()
         if desc is not None:
-            epochs_iter.set_postfix(loss=float(loss))
+            epochs_iter.set_postfix(loss=float(loss.detach()))
     return net
 
 
