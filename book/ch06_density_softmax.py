@@ -829,7 +829,7 @@ run.claim("multiply-adds DS / ERM", cost["Density-Softmax"]["macs"] / cost["ERM"
 run.metric("time_ratio_ds_erm", cost["Density-Softmax"]["ms"] / cost["ERM"]["ms"])
 run.claim("inference time DS / ensemble",
           cost["Density-Softmax"]["ms"] / cost["Ensemble"]["ms"], "<=", 0.5,
-          "its inference costs a fraction of the ensemble's")
+          "its inference costs a fraction of the ensemble's");
 
 # %%
 # NBVAL_CHECK_OUTPUT
