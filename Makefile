@@ -11,14 +11,15 @@ export PYTHONHASHSEED := 0
 # Jupyter kernels from this .venv win over a user-wide "python3" kernelspec.
 export JUPYTER_PREFER_ENV_PATH := 1
 
-.PHONY: venv test test-fast lint book execute execute-all lab bench clean help
+.PHONY: venv test test-fast lint book execute execute-all lab browser-deps bench clean help
 
 help:
 	@echo "make test           set up .venv, run the whole test suite"
 	@echo "make test-fast      the fast lane: no training, kernels or book build (< 1 min)"
 	@echo "make book           set up .venv, execute every chapter (default tier), build _build/html"
 	@echo "make execute CH=05  re-execute one chapter in place at the default tier"
-	@echo "make lab            JupyterLab on book/ with jupytext pairing"
+	@echo "make lab            JupyterLab on book/: chapters' .py open as notebooks (labconfig/)"
+	@echo "make browser-deps   Debian's chromium for the browser tests (root; what .ci/run does)"
 	@echo "make bench          time every chapter at smoke and default tiers against the budgets"
 
 venv: $(STAMP)
@@ -42,7 +43,7 @@ test: venv
 # chapters' unit tests that need no training fixture; no kernels, no book build.
 test-fast: venv
 	ICMLBOOK_HEADLESS=1 $(BIN)/python -m pytest -n $(JOBS) -q \
-		-m "not slow and not smoke and not book" tests
+		-m "not slow and not smoke and not book and not browser" tests
 
 lint: venv
 	$(BIN)/ruff check icmlbook tests
@@ -57,8 +58,14 @@ execute-all: venv
 book: venv execute-all
 	$(BIN)/jupyter-book build . -W -n --keep-going
 
+# labconfig/overrides.json: chapters' .py open as notebooks (jupytext), no news popup.
 lab: venv
-	$(BIN)/jupyter lab --notebook-dir=book
+	$(BIN)/jupyter lab --notebook-dir=book --LabApp.app_settings_dir=$(CURDIR)/labconfig
+
+# tests/test_browser.py drives Debian's chromium through Playwright for Python (in the
+# dev extra), launched by path: `playwright install` and its downloads are never used.
+browser-deps:
+	command -v chromium >/dev/null || (apt-get update && apt-get install -y chromium)
 
 bench: venv
 	$(BIN)/icmlbook bench --all --out bench.md

@@ -369,7 +369,7 @@ for name, r in showcase.items():
     print(f"{name:<14} miscoverage {np.mean(base_scores > r):.4f}  "
           f"width / oracle {mean_width(r) / oracle:.3f}")
 
-# %%
+# %% tags=["hide-input"]
 fig, axes = plt.subplots(3, 1, figsize=(7, 6.4), sharex=True)
 axes[0].plot(base_scores, lw=0.4, color="0.7", label="score $S_t$")
 for name, r in reversed(list(showcase.items())):
@@ -662,7 +662,7 @@ print(f"sign-flipped KT: miscoverage {np.mean(base_scores > broken):.3f} "
 # shrugging off the scale (it only costs a short warm-up, logarithmic in the mismatch
 # with $\varepsilon$), and KT's wealth growing while it is still learning the radius.
 
-# %%
+# %% tags=["hide-input"]
 import ipywidgets as W
 
 widget_rng = np.random.default_rng(seed + 1)

@@ -543,7 +543,7 @@ toy_arms = arms_of(toy_members, toy_ds, toy_ds_plain, mc_samples)
 # everywhere: their ReLU logits grow along every ray. Density-Softmax is confident on
 # the moons and falls to 0.5 around them.
 
-# %%
+# %% tags=["hide-input"]
 def confidence_maps(arms, grid_n, box=TOY_BOX):
     gx, gy = np.meshgrid(np.linspace(box[0], box[1], grid_n), np.linspace(box[2], box[3], grid_n))
     G = torch.tensor(np.c_[gx.ravel(), gy.ravel()], dtype=torch.float32)
@@ -688,7 +688,7 @@ run.metric("digits", dig_rows)
 # features have lower density; the ensemble is the best calibrated, at five times the
 # cost.
 
-# %%
+# %% tags=["hide-input"]
 def reliability(p, y, bins=10):
     """(mean confidence, accuracy, count) per equal-width confidence bin."""
     conf, correct = p.max(1), p.argmax(1) == np.asarray(y)
@@ -829,7 +829,7 @@ run.claim("multiply-adds DS / ERM", cost["Density-Softmax"]["macs"] / cost["ERM"
 run.metric("time_ratio_ds_erm", cost["Density-Softmax"]["ms"] / cost["ERM"]["ms"])
 run.claim("inference time DS / ensemble",
           cost["Density-Softmax"]["ms"] / cost["Ensemble"]["ms"], "<=", 0.5,
-          "its inference costs a fraction of the ensemble's")
+          "its inference costs a fraction of the ensemble's");
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -867,7 +867,7 @@ run.metric("digits_tau1_ece", ece(p_raw, dy_te))
 # the test set (the shift). Left: the probability of class 1; middle: the predictive
 # entropy with the blob; right: the reliability diagram of the rotated test set.
 
-# %%
+# %% tags=["hide-input"]
 import ipywidgets as W
 
 widget_lips = {"none": toy_ds_plain, f"{lipschitz:g}": toy_ds}

@@ -400,7 +400,7 @@ reports = {key: length_report(c, train_len) for key, c in curves.items()}
 # The curves are smoothed over 16 positions. Dotted lines mark $L$, $2L$ and $4L$;
 # everything right of the first one is a position no model has seen in training.
 
-# %%
+# %% tags=["hide-input"]
 def smooth(curve, w=16):
     """Moving mean over w positions (for display)."""
     return np.convolve(curve, np.ones(w) / w, mode="valid")
@@ -534,7 +534,7 @@ plt.show()
 # The same BiPE-RoPE with segments of the same mean length that ignore the sentences:
 # fixed chunks, or random boundaries.
 
-# %%
+# %% tags=["hide-input"]
 fig, ax = plt.subplots(figsize=(6, 2.8))
 for rule, ls in zip(SEGMENTATIONS, ("-", "--", ":")):
     ax.plot(smooth(curves[("BiPE-RoPE", rule)]), color="C0", ls=ls, lw=1.2,
@@ -650,7 +650,7 @@ for name, values in rows.items():
 # they smear. Under the plot: the first characters of the test text with their segment
 # and intra ids.
 
-# %%
+# %% tags=["hide-input"]
 import ipywidgets as W
 
 MAX_FACTOR = 16

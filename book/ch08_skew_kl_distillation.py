@@ -825,7 +825,7 @@ print(f"log-space mixture: max |dL/dq| / ((1-alpha)/alpha) = "
 # computed once (about a second) and cached. At $\alpha = 0$ SKL and SRKL are KL and RKL;
 # at $\alpha = 1$ they are identically zero and the student does not move.
 
-# %%
+# %% tags=["hide-input"]
 import ipywidgets as W
 
 widget_prompts = prompts[:64]

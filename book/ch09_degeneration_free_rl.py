@@ -522,7 +522,7 @@ for name in ("reference", "PG beta=0, lr x1", "PG beta=0.2, lr x1", "DfPO, lr x1
 # ($\beta = 0$, far right, off the scale of the others); DfPO sits with the tuned
 # baseline in the natural corner without a coefficient.
 
-# %%
+# %% tags=["hide-input"]
 fig, axes = plt.subplots(1, 2, figsize=(9, 3.2))
 for i, (name, c) in enumerate(curves.items()):
     smooth = np.convolve(c, np.ones(5) / 5, mode="valid") if len(c) >= 5 else c
@@ -563,7 +563,7 @@ plt.show()
 # After DfPO the sign of $\pi_\theta - \pi_{\mathrm{ref}}$ marks each word; $\pi^-$ keeps
 # the words that ended above the reference and renormalises.
 
-# %%
+# %% tags=["hide-input"]
 state = torch.tensor([[BOS] + TOK.encode("the film was".split())])
 dfpo_model = models["DfPO, lr x1"]
 with torch.no_grad():
@@ -665,7 +665,7 @@ for name in ("DfPO, lr x1", "DfPO masks only (no truncation)", "DfPO truncation 
 # live, so switching the inference policy ($\pi_\theta$, $\pi^-$, $\pi^+$) shows at once
 # that the reward lives in the mask, not in $\pi_\theta$.
 
-# %%
+# %% tags=["hide-input"]
 import ipywidgets as W
 
 widget_prompts = eval_prompts[: cfg.n_widget]

@@ -213,7 +213,7 @@ s_chk = SCHED.sigma[t_chk].double().unsqueeze(-1)
 grad_log_pt = torch.autograd.grad(gmm_log_pt(x_chk, a_chk, s_chk, means.double(), DATA_STD).sum(),
                                   x_chk)[0]
 score_check_err = float((gmm_eps_star(x_chk, a_chk, s_chk, means.double(), DATA_STD)
-                         + s_chk * grad_log_pt).abs().max())
+                         + s_chk * grad_log_pt).detach().abs().max())
 print(f"max |eps*(Eq. 3) + sigma * autograd grad log p_t| = {score_check_err:.1e}")
 print("noise band: steps", t_lo, "..", t_hi, f"-> sigma {float(SCHED.sigma[t_lo]):.3f} .. "
       f"{float(SCHED.sigma[t_hi]):.3f}")
@@ -504,7 +504,7 @@ for key in ("off", "mmd"):
     run.metric(f"{key}_per_arm", {arm: final[key][i].tolist() for i, arm in enumerate(ARMS)})
 run.metric("coverage_per_arm", {arm: cov_min[i].tolist() for i, arm in enumerate(ARMS)})
 
-# %%
+# %% tags=["hide-input"]
 with torch.no_grad():
     show = G(torch.randn(G.members, 1500, 2, generator=gen))
 fig, axes = plt.subplots(1, 4, figsize=(11, 2.9))
@@ -603,7 +603,7 @@ run.verdict()
 # the manifold, and the arrows then point
 # toward the middle of the data rather than onto the curve.
 
-# %%
+# %% tags=["hide-input"]
 import ipywidgets as W
 
 RING_MEANS = 2.0 * torch.stack([torch.cos(torch.arange(8) * math.pi / 4),

@@ -564,7 +564,7 @@ def train_model(method, xs, ys, xt, seed, epochs=30, batch=128, lr=3e-3, mask_lr
             loss.backward()
             opt.step()
         if desc is not None:
-            epochs_iter.set_postfix(loss=float(loss))
+            epochs_iter.set_postfix(loss=float(loss.detach()))
     return net
 
 
@@ -627,7 +627,7 @@ for (u, v) in (SPURIOUS_EDGE, REVERSE[SPURIOUS_EDGE]):
         print(f"  corr(x{u}(t), x{v}(t-1)) {dom}: "
               + "  ".join(f"{r[y == k].mean():+.2f}" for k in range(N_CLASSES)))
 
-# %%
+# %% tags=["hide-input"]
 def pca2(z):
     """Project rows of z on their first two principal components."""
     z = z - z.mean(0)
@@ -904,7 +904,7 @@ run.verdict()
 # parameters cell and re-run. Choose a network and see its mask, its representation and its
 # accuracy.
 
-# %%
+# %% tags=["hide-input"]
 import ipywidgets as W
 
 widget_rng = np.random.default_rng(seed + 1)

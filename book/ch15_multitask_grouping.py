@@ -398,7 +398,7 @@ print(f"planted grouping {canonical(truth)}")
 # group are drawn solid, those of the second dashed. Starting from one half, the tasks
 # of one group drift together to the same branch.
 
-# %%
+# %% tags=["hide-input"]
 fig, axes = plt.subplots(1, 2, figsize=(8, 2.8), gridspec_kw=dict(width_ratios=[2.2, 1]))
 epochs_axis = np.arange(1, cfg.epochs + 1)
 for r, d in enumerate(dmtg_runs):
@@ -582,7 +582,7 @@ print(f"unweighted loss: grouping {canonical(g_broken)}, misassigned "
 # unused), and a very small or very large $\tau$. The widget trains on a smaller data
 # set for fewer epochs than the experiment, so that a move answers in about a second.
 
-# %%
+# %% tags=["hide-input"]
 import ipywidgets as W
 
 STRUCTURES = {"2 groups of 3": (3, 3), "3 groups of 2": (2, 2, 2), "2 groups of 4": (4, 4),

@@ -622,7 +622,7 @@ print(f"lagged |corr| on 1 -> 2: plain {corr_variants['plain'][1, 2]:.3f}, "
 # decaying critic, for the authors' constant step, and for the constant step of the
 # tier's grid that is best at the last checkpoint, chosen in hindsight.
 
-# %%
+# %% tags=["hide-input"]
 best_lr = min(cfg.lrs, key=lambda lr: err_lr[lr][t_late])
 fig, axes = plt.subplots(1, 2, figsize=(9, 3.6))
 ax = axes[0]

@@ -641,7 +641,7 @@ def concat_segments(train, starts, seg_ms):
     return np.concatenate([train[s:s + seg_ms] for s in starts])
 
 
-# %%
+# %% tags=["hide-input"]
 fig, axes = plt.subplots(1, 2, figsize=(8, 2.6), gridspec_kw=dict(width_ratios=[1, 2.4]))
 axes[0].plot(K_FILTER, color="k")
 axes[0].axhline(0, color="0.7", lw=0.8)
@@ -704,7 +704,7 @@ print(f"noisy curves: greedy objective / exact optimum: median {np.median(ratios
 run.metric("roundtrip_fraction", exact_fraction)
 run.metric("greedy_over_dp", dict(median=float(np.median(ratios)), max=float(np.max(ratios))))
 
-# %%
+# %% tags=["hide-input"]
 demo_S = [6, 20, 23, 61]  # the last spike lies past the window
 demo_rng = np.random.default_rng(7)
 demo_noisy = spike_distance(demo_S, PRED_LEN, d_max) * np.exp(0.3 * demo_rng.standard_normal(PRED_LEN))
@@ -769,7 +769,7 @@ for regime in icmlbook.progress(list(REGIMES), desc="rollouts"):
 # curve $\hat d$ and the spikes it infers from it, against the recorded spikes and two
 # Poisson models.
 
-# %%
+# %% tags=["hide-input"]
 def raster_panel(ax, regime, Lsel, mode, t_lo, t_hi, d_max):
     """Raster of truth vs predictions over [t_lo, t_hi) of the scored bins, with d_hat."""
     r = results[regime]
@@ -798,7 +798,7 @@ plt.show()
 #
 # How many spikes does each predictor emit over the whole test recording?
 
-# %%
+# %% tags=["hide-input"]
 def count_ratio(regime, name):
     """Predicted spikes / recorded spikes over the scored bins."""
     return results[regime]["preds"][name].sum() / max(results[regime]["truth"].sum(), 1)
@@ -987,7 +987,7 @@ print(f"round trip without candidates past the window: {broken_fraction:.1%} exa
 # distance model at $\sigma = 1$–$2$ ms and at $\sigma = 20$ ms; the reliable cell at
 # $L = 10$.
 
-# %%
+# %% tags=["hide-input"]
 import ipywidgets as W
 
 n_scored = cfg.n_seg * cfg.seg_ms

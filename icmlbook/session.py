@@ -122,10 +122,12 @@ class Session:
               f"(needs {c.op} {c.threshold:.10g})")
         return c.passed
 
-    def metric(self, name: str, value: Any) -> Any:
-        """Record a key number (or small list/dict) in the run record."""
+    def metric(self, name: str, value: Any) -> None:
+        """Record a key number (or small list/dict) in the run record.
+
+        Returns nothing, so a cell that ends in ``run.metric(...)`` shows no stray
+        ``Out`` value (the number is in the record, and printed where the prose needs it)."""
         self.metrics[name] = _jsonable(value)
-        return value
 
     def verdict(self) -> None:
         """Print the verdict table (robust text only) and enforce claims and checks.
