@@ -873,11 +873,15 @@ plt.show()
 # LS minimises the *average* normalised loss and is free to neglect one task; STCH
 # minimises a smoothed *worst* one and spreads the bottleneck more evenly. Hard TCH aims at
 # the same target but its subgradient whipsaws between tasks. MGDA's min-norm direction
-# is a descent direction for every task (it stops at Pareto-*stationary* points, not at a
-# chosen trade-off), and it pays for it with one backward pass per task plus the small
-# quadratic program: the step-time ratio above grows with the number of tasks (next cell)
-# and with the size of the shared network. Timings on a shared CPU are noisy, so the
-# chapter reports the ratios but does not assert on them.
+# is a descent direction for every task, but it stops at the first Pareto-*stationary*
+# point it meets, not at a chosen trade-off, and on this network that point is often a
+# poor one for some task: its worst task and its hypervolume are behind STCH's (the
+# claims below measure by how much). It also pays one backward pass per task plus the
+# small quadratic program: the step-time ratio above grows with the number of tasks (next
+# cell) and with the size of the shared network. Timings on a shared CPU are noisy, so
+# the chapter reports the ratios but does not assert on them. LS is close to STCH here
+# on both measures: on this problem the worst task is not much worse under the plain
+# average.
 
 # %% [markdown]
 # How does the cost grow with the number of tasks? The same network with $m = 2, 4, 8$
@@ -927,12 +931,12 @@ run.metric("ms_per_step_vs_tasks", {f"{method} m={k}": round(ms, 3) for method, 
 # what is measured. At the smoke tier they are recorded, not enforced.
 
 # %% tags=["thresholds"]
-C_DISTINCT = 10  # distinct STCH solutions of 11 preferences; 11 on every trial seed
-C_HV_VS_LS = 1.8  # HV of STCH / LS on the concave front; about 2.0 on trial seeds (LS: 2 endpoints)
-C_HV_VS_SUB = 0.98  # HV of STCH / tuned classic subgradient TCH; 1.00-1.03 on trial seeds
+C_DISTINCT = 10  # distinct STCH solutions of 11 preferences; 11 on trial seeds 0-4
+C_HV_VS_LS = 1.8  # HV of STCH / LS on the concave front; about 2.0 on trial seeds 0-4 (LS: 2 endpoints)
+C_HV_VS_SUB = 0.98  # HV of STCH / tuned classic subgradient TCH; 1.002 on seed 0 (both near exact)
 C_SMOOTH = 0.5  # worst gap STCH / TCH at the same Adam step; 0.09-0.20 on trial seeds 0-4
-C_MTL_HV = 0.9  # multi-task HV of STCH / MGDA, each at its best lr; 0.98-2.07 on trial seeds 0-6
-C_MTL_WORST = 1.1  # multi-task worst task of STCH / MGDA; 0.14-0.90 on trial seeds 0-6
+C_MTL_HV = 1.1  # multi-task HV of STCH / MGDA, each at its best lr; 1.28-1.65 on trial seeds 0-6
+C_MTL_WORST = 0.8  # multi-task worst task of STCH / MGDA, each at its best lr; 0.26-0.54 on seeds 0-6
 C_LS_DISTINCT = 3  # LS on a concave front lands on the two endpoints (closed form); 1 to spare
 C_BOUND_SLACK = 0.005  # TCH gap - mu log 2 at mu in BOUND_MUS: Eq. 6 plus the optimizer's error
 C_ROUNDING = 1e-10  # float64 rounding of the identities Eq. 4 and Eq. 5
@@ -956,11 +960,11 @@ run.claim("same constant step: worst gap STCH / TCH", stch_r["max_gap"] / tch_r[
           "smooth surrogate gets much closer to the TCH optimum than TCH itself",
           versus="ablation", against="TCH: the same Adam, learning rate and steps, no smoothing")
 run.claim("MTL hypervolume STCH / MGDA", mtl_hv["STCH"] / mtl_hv["MGDA"], ">=", C_MTL_HV,
-          "on a shared network STCH's final losses dominate as much as MGDA's do, at one "
+          "on a shared network STCH's final losses dominate more than MGDA's, at one "
           "backward pass per step instead of m", versus="baseline",
           against="MGDA, best of MTL_LRS, mean of the restarts")
 run.claim("MTL worst task STCH / MGDA", mtl_worst["STCH"] / mtl_worst["MGDA"], "<=", C_MTL_WORST,
-          "STCH's worst task ends no worse than MGDA's (within 10 %)", versus="baseline",
+          "STCH's worst task ends clearly below MGDA's", versus="baseline",
           against="MGDA, best of MTL_LRS, mean of the restarts")
 
 excess = max(sweep[m_]["max_gap"] - m_ * math.log(2) for m_ in BOUND_MUS)
@@ -1019,11 +1023,12 @@ print(f"classic subgradient method, tuned: worst gap {sub_best:.5f}; "
 # A claim check is only worth something if a wrong implementation fails it. A tempting
 # "simplification" of Eq. 3 leaves out the division by $\mu$ inside the exponential,
 # $\mu \log \sum_i e^{\lambda_i f_i}$. For objectives in $[0, 1]$, $e^{v} \approx 1 + v$,
-# so this is almost LS in disguise: it loses the middle of the front and fails claims 1
-# and 2. The tests break the method in other ways too (a soft-*min* instead of a soft-max
-# fails claims 2 and 4; a hard argmax in place of the softmax, i.e. TCH, fails claim 3; an
-# "LS" baseline that secretly sums *squared* objectives reaches the concave part and fails
-# the LS half of claim 1) and check that each broken variant fails its claim.
+# so this is almost LS in disguise: it loses the middle of the front and fails the
+# distinct-solutions and both hypervolume claims on the concave front. The tests break the
+# method in other ways too and check that each broken variant fails its claim: a hard
+# argmax in place of the softmax (that is, TCH) fails the constant-step claim; a soft-*min*
+# instead of a soft-max fails the two multi-task claims and the bound of Eq. 6; an "LS"
+# that secretly sums *squared* objectives reaches the concave part and fails the LS check.
 
 # %%
 def stch_missing_temperature(f, lam, mu, z=0.0):
@@ -1119,35 +1124,37 @@ icmlbook.explore(update, controls, run=run)
 # | | paper | this book |
 # |---|---|---|
 # | method | STCH, Eq. 9 of the paper (our Eq. 3); TCH and LS as baselines | all three from scratch, with the exact TCH solution as ground truth |
-# | non-convex fronts | STCH finds all Pareto solutions for small enough $\mu$; LS cannot | concave front in $d = 10$: LS 2 distinct of 11, STCH 11 of 11, HV about 2× LS's, 92% of the whole front's (claim 1) |
-# | approximation | bias of order $\mu \log m$ | measured TCH gap below $\mu \log 2$ at $\mu \in \{0.01, 0.05, 0.2\}$ (claim 2); the jump of the STCH minimiser at $\mu^*$ on one preference |
-# | convergence | faster than the TCH subgradient method (rates in the paper) | worst final TCH gap at most half of TCH's at equal Adam settings (claim 3); we measure, we do not prove rates |
-# | cost | one backward pass, like LS; much cheaper than adaptive gradient methods | counted (1 vs. $m$ backward passes) and timed against MGDA for 2 to 8 tasks: MGDA's step was about 2× STCH's at $m = 2$ and 5× at $m = 8$ in our runs (not asserted: timings are noisy) |
-# | multi-task | NYUv2, Office-31/Home, QM9 against MGDA, PCGrad, CAGrad, Nash-MTL and others | a synthetic 3-task regression with a narrow shared bottleneck, against LS, TCH and MGDA (claim 4) |
+# | non-convex fronts | STCH finds all Pareto solutions for small enough $\mu$; LS cannot | concave front in $d = 10$: STCH at least `C_DISTINCT` distinct solutions of 11 and at least `C_HV_VS_LS` times LS's hypervolume; LS's two endpoints are a check (closed form); STCH's hypervolume at least `C_HV_VS_SUB` of the tuned subgradient method's |
+# | approximation | bias of order $\mu \log m$ | a check: TCH gap at most $\mu \log 2$ + `C_BOUND_SLACK` at $\mu \in \{0.01, 0.05, 0.2\}$; the jump of the STCH minimiser at $\mu^*$ on one preference |
+# | convergence | gradient methods on STCH converge faster than the subgradient method on TCH (rates in the paper) | at the same constant Adam step STCH's worst gap is at most `C_SMOOTH` of TCH's (ablation claim); against the classic subgradient method (diminishing normalised steps, step size tuned over 13 values) STCH is **not** faster here: the subgradient method ends closer to the TCH optimum (reported, not claimed); we measure, we do not prove rates |
+# | cost | one backward pass, like LS; much cheaper than adaptive gradient methods | a check: one backward pass per step for 8 tasks; timed against MGDA for 2 to 8 tasks (printed, not asserted: timings are noisy) |
+# | multi-task | NYUv2, Office-31/Home, QM9: STCH matches or beats MGDA, PCGrad, CAGrad, Nash-MTL and others | a synthetic 3-task regression with a narrow shared bottleneck; against MGDA only, each method at its best of two Adam learning rates and averaged over restarts: hypervolume at least `C_MTL_HV` times MGDA's, worst task at most `C_MTL_WORST` of MGDA's, at one backward pass per step instead of three |
 # | Pareto set learning | hypernetwork from $\lambda$ to $x$ on synthetic and engineering problems | not done (see exercise 3) |
 #
-# **Honest notes.**
+# **Notes.**
 # - *Which STCH.* We implement the paper's formula (Eq. 3) everywhere. The authors'
 #   multi-task code is a stateful variant (a warm-up on $\sum \log \ell_i$, normalisation
 #   by the losses at the end of the warm-up, log-losses, $\mu = 1$); our multi-task
-#   section normalises by the initial losses instead.
-# - *Claim 3 depends on the optimizer.* With Adam at lr 0.05 the TCH subgradient method
-#   keeps oscillating at an amplitude set by the learning rate, and STCH's advantage is
-#   large (ratio 0.09–0.20 over seeds 0–4). With plain SGD at lr 0.05 the subgradient
-#   method oscillates much less (SGD's steps shrink with the gradients, whose norm is below
-#   1 here; Adam's steps are about lr whatever the gradient), and the ratio was only
-#   0.43–0.73 over seeds 0–4 (printed above for this seed): STCH is still better, but not
-#   by the factor 2 of claim 3. The claim is therefore stated for Adam, the optimizer of
-#   the authors' code. Try both in the widget. And a too
-#   small $\mu$ for the step size ($\mu = 0.003$ in the sweep) brings the oscillation
-#   back: the smoothness constant grows like $1/\mu$.
-# - *The gap of claim 2* combines the bias of Eq. 6 with the optimizer's error; the
-#   allowance of 0.005 covers the latter. At $\mu = 0.003$ the optimizer's error dominates
-#   and we do not include it in the claim.
-# - *Claim 4* is about the trade-off STCH is designed to pick (the worst task), on
-#   training losses of a small synthetic problem; it is not a statement about
-#   generalisation or about the paper's benchmarks. We did not retrieve the paper's
-#   tables, so we compare with its claims, not its numbers.
+#   section normalises by the initial losses instead, with $\mu = 0.1$.
+# - *The convergence claim depends on the step rule.* With a constant step (Adam or
+#   gradient descent) TCH keeps oscillating at an amplitude set by the learning rate, and
+#   STCH's advantage is large. The classic subgradient method shrinks its step and, tuned,
+#   reaches the TCH point itself, below STCH's own bias; the paper's faster rate is a
+#   worst-case statement for convex problems, and this small smooth problem is far from
+#   the worst case. The authors' Pareto-set code compares TCH and STCH with the same Adam
+#   and learning rate, as our ablation claim does. A too small $\mu$ for the step size
+#   ($\mu = 0.003$ in the sweep) brings the oscillation back: the smoothness constant grows
+#   like $1/\mu$.
+# - *The gap of the Eq. 6 check* combines the bias of Eq. 6 with the optimizer's error; the
+#   allowance `C_BOUND_SLACK` covers the latter. At $\mu = 0.003$ the optimizer's error
+#   dominates and we do not include it.
+# - *The multi-task claims* are about training losses of a small synthetic problem, not
+#   generalisation or the paper's benchmarks, and MGDA is the only adaptive method we
+#   implemented. STCH's worst task against LS's is printed but not claimed: it is what
+#   STCH optimises, and LS comes close on this problem. A first version of the multi-task
+#   claims asked only that STCH be within 10 % of MGDA; trial runs of the final setup
+#   (seeds 0-6) showed a wide lead, and the thresholds were raised to the ones above
+#   before the sweep over seeds 0-9.
 
 # %% [markdown]
 # ## Exercises
