@@ -50,10 +50,10 @@
 # bound reproduce, and that at the same constant step STCH gets much closer to the TCH
 # optimum than TCH does. The speed-up over the *classic* subgradient method (diminishing
 # steps, step size tuned) does **not** show at our scale: tuned that way, TCH gets about
-# as close as STCH, and on most seeds closer, since STCH stops at its own small bias. On the network,
-# STCH beats MGDA on the worst task and on hypervolume, each method at its best of two
-# learning rates and averaged over restarts, at one backward pass per step instead of
-# three. The paper's benchmarks (NYUv2, Office, QM9), its other adaptive baselines and its
+# as close as STCH, and on most seeds closer, since STCH stops at its own small bias. On
+# the network, STCH beats MGDA on the worst task and matches or beats it on hypervolume,
+# each method at its best of two learning rates and averaged over restarts, at one
+# backward pass per step instead of three. The paper's benchmarks (NYUv2, Office, QM9), its other adaptive baselines and its
 # Pareto set learning are not reproduced.
 
 # %% tags=["parameters"]
@@ -881,8 +881,8 @@ plt.show()
 # the same target but its subgradient whipsaws between tasks. MGDA's min-norm direction
 # is a descent direction for every task, but it stops at the first Pareto-*stationary*
 # point it meets, not at a chosen trade-off, and on this network that point is often a
-# poor one for some task: its worst task and its hypervolume are behind STCH's (the
-# claims below measure by how much). It also pays one backward pass per task plus the
+# poor one for some task: its worst task is behind STCH's, and its hypervolume usually is
+# (the claims below measure by how much). It also pays one backward pass per task plus the
 # small quadratic program: the step-time ratio above grows with the number of tasks (next
 # cell) and with the size of the shared network. Timings on a shared CPU are noisy, so
 # the chapter reports the ratios but does not assert on them. LS is close to STCH here
@@ -942,7 +942,7 @@ C_DISTINCT = 10  # distinct STCH solutions of 11 preferences; 11 on trial seeds 
 C_HV_VS_LS = 1.8  # HV of STCH / LS on the concave front; about 2.0 on trial seeds 0-4 (LS: 2 endpoints)
 C_HV_VS_SUB = 0.98  # HV of STCH / tuned classic subgradient TCH; 1.002 on seed 0 (both near exact)
 C_SMOOTH = 0.5  # worst gap STCH / TCH at the same Adam step; 0.09-0.20 on trial seeds 0-4
-C_MTL_HV = 1.1  # multi-task HV of STCH / MGDA, each at its best lr; 1.28-1.65 on trial seeds 0-6
+C_MTL_HV = 0.9  # multi-task HV of STCH / MGDA, each at its best lr: "matches"; 1.03-2.21 on seeds 0-16
 C_MTL_WORST = 0.8  # multi-task worst task of STCH / MGDA, each at its best lr; 0.26-0.54 on seeds 0-6
 C_LS_DISTINCT = 3  # LS on a concave front lands on the two endpoints (closed form); 1 to spare
 C_BOUND_SLACK = 0.005  # TCH gap - mu log 2 at mu in BOUND_MUS: Eq. 6 plus the optimizer's error
@@ -967,8 +967,8 @@ run.claim("same constant step: worst gap STCH / TCH", stch_r["max_gap"] / tch_r[
           "smooth surrogate gets much closer to the TCH optimum than TCH itself",
           versus="ablation", against="TCH: the same Adam, learning rate and steps, no smoothing")
 run.claim("MTL hypervolume STCH / MGDA", mtl_hv["STCH"] / mtl_hv["MGDA"], ">=", C_MTL_HV,
-          "on a shared network STCH's final losses dominate more than MGDA's, at one "
-          "backward pass per step instead of m", versus="baseline",
+          "on a shared network STCH's final losses dominate at least about as much as MGDA's, "
+          "at one backward pass per step instead of m", versus="baseline",
           against="MGDA, best of MTL_LRS, mean of the restarts")
 run.claim("MTL worst task STCH / MGDA", mtl_worst["STCH"] / mtl_worst["MGDA"], "<=", C_MTL_WORST,
           "STCH's worst task ends clearly below MGDA's", versus="baseline",
@@ -1138,7 +1138,7 @@ icmlbook.explore(update, controls, run=run)
 # | approximation | bias of order $\mu \log m$ | a check: TCH gap at most $\mu \log 2$ + 0.005 (`C_BOUND_SLACK`) at $\mu \in \{0.01, 0.05, 0.2\}$; the jump of the STCH minimiser at $\mu^*$ on one preference |
 # | convergence | gradient methods on STCH converge faster than the subgradient method on TCH (rates in the paper) | at the same constant Adam step STCH's worst gap is at most 0.5 (`C_SMOOTH`) of TCH's (ablation claim); against the classic subgradient method (diminishing normalised steps, step size tuned over 13 values) STCH is **not** faster here: the subgradient method ends about as close to the TCH optimum, on most seeds closer (reported, not claimed); we measure, we do not prove rates |
 # | cost | one backward pass, like LS; much cheaper than adaptive gradient methods | a check: one backward pass per step for 8 tasks; timed against MGDA for 2 to 8 tasks (printed, not asserted: timings are noisy) |
-# | multi-task | NYUv2, Office-31/Home, QM9: STCH reported on par with or better than adaptive methods (MGDA, PCGrad, CAGrad, Nash-MTL and others) at lower cost; we did not retrieve the tables, so we compare with the claim, not its numbers | a synthetic 3-task regression with a narrow shared bottleneck; against MGDA only, each method at its best of two Adam learning rates and averaged over restarts: hypervolume at least 1.1 (`C_MTL_HV`) times MGDA's, worst task at most 0.8 (`C_MTL_WORST`) of MGDA's, at one backward pass per step instead of three |
+# | multi-task | NYUv2, Office-31/Home, QM9: STCH reported on par with or better than adaptive methods (MGDA, PCGrad, CAGrad, Nash-MTL and others) at lower cost; we did not retrieve the tables, so we compare with the claim, not its numbers | a synthetic 3-task regression with a narrow shared bottleneck; against MGDA only, each method at its best of two Adam learning rates and averaged over restarts: hypervolume at least 0.9 (`C_MTL_HV`) times MGDA's, worst task at most 0.8 (`C_MTL_WORST`) of MGDA's, at one backward pass per step instead of three |
 # | Pareto set learning | hypernetwork from $\lambda$ to $x$ on synthetic and engineering problems | not done (see exercise 3) |
 #
 # **Notes.**
@@ -1161,9 +1161,10 @@ icmlbook.explore(update, controls, run=run)
 # - *The multi-task claims* are about training losses of a small synthetic problem, not
 #   generalisation or the paper's benchmarks, and MGDA is the only adaptive method we
 #   implemented. STCH's worst task against LS's is printed but not claimed: it is what
-#   STCH optimises, and LS comes close on this problem. The multi-task thresholds were
-#   first set at parity with MGDA (within 10 %) and raised to the ones above after trial
-#   runs on seeds 0-6, before the sweep over seeds 0-9.
+#   STCH optimises, and LS comes close on this problem. The hypervolume threshold, first
+#   set at the paper's "matches" (within 10 % of MGDA), was raised to 1.1 after trial runs
+#   on seeds 0-6 and put back at 0.9 when seed 13 gave 1.03: STCH's hypervolume lead over
+#   MGDA is large on most seeds but not on all; its lead on the worst task is steadier.
 
 # %% [markdown]
 # ## Exercises
