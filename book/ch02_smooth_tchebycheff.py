@@ -41,15 +41,26 @@
 #
 # **The claim.** With a small $\mu$, STCH keeps TCH's reach (it finds the concave part of
 # the front that LS misses), its solution is within $\mu \log m$ of the exact TCH
-# optimum, and, being smooth, it converges faster than the TCH subgradient method. We
-# check all three on a problem with a concave front whose exact TCH solutions we know,
-# and then time STCH against MGDA on a small multi-task network.
+# optimum, it converges faster than the TCH subgradient method, and on multi-task
+# problems it matches adaptive methods such as MGDA at a fraction of their cost.
+#
+# **What this book does.** Everything runs on two small problems of our own: a
+# 10-dimensional problem with a concave front whose exact TCH solutions we know, and a
+# synthetic three-task regression network. We find that the reach and the $\mu \log m$
+# bound reproduce, and that at the same constant step STCH gets much closer to the TCH
+# optimum than TCH does. The speed-up over the *classic* subgradient method (diminishing
+# steps, step size tuned) does **not** show at our scale: tuned that way, TCH gets about
+# as close as STCH, and on most seeds closer, since STCH stops at its own small bias. On
+# the network, STCH beats MGDA on the worst task and matches or beats it on hypervolume,
+# each method at its best of two learning rates and averaged over restarts, at one
+# backward pass per step instead of three. The paper's benchmarks (NYUv2, Office, QM9), its other adaptive baselines and its
+# Pareto set learning are not reproduced.
 
 # %% tags=["parameters"]
 tier = "default"  # smoke | default | full: size of the experiment
 seed = 0  # drives every random number in the chapter (starting points, data, networks)
 mu = 0.01  # STCH smoothing temperature of the showcase (the claims also sweep other values)
-optimizer = "adam"  # adam | sgd: the optimizer shared by LS, TCH and STCH
+optimizer = "adam"  # adam | gd | subgradient: the update rule shared by LS, TCH and STCH
 lr = 0.05  # learning rate shared by LS, TCH and STCH on the concave problem
 
 # %% tags=["validate"]
@@ -58,7 +69,7 @@ from icmlbook import check_choice, check_range, check_seed, check_tier
 check_tier(tier)
 check_seed(seed)
 check_range("mu", mu, 1e-4, 10.0)
-check_choice("optimizer", optimizer, ("adam", "sgd"))
+check_choice("optimizer", optimizer, ("adam", "gd", "subgradient"))
 check_range("lr", lr, 0.0, 1.0, lo_open=True)
 
 # %% [markdown]
@@ -84,16 +95,20 @@ run = icmlbook.start("02_smooth_tchebycheff", tier=tier, seed=seed,
                      params=dict(mu=mu, optimizer=optimizer, lr=lr))
 icmlbook.use_style()
 cfg = run.pick(
-    smoke=dict(n_starts=1, steps=100, mtl_steps=20, cost_steps=4, widget_steps_max=100),
-    default=dict(n_starts=3, steps=300, mtl_steps=300, cost_steps=30, widget_steps_max=500),
+    smoke=dict(n_starts=1, steps=100, lr_stride=4, mtl_steps=20, mtl_restarts=1, cost_steps=4,
+               widget_steps_max=100),
+    default=dict(n_starts=3, steps=300, lr_stride=1, mtl_steps=300, mtl_restarts=3,
+                 cost_steps=30, widget_steps_max=500),
 )  # full: nothing here needs more than the default tier, so full falls back to it
 DIM = 10  # dimension of the decision vector x
 N_PREFS = 11  # number of preference vectors
 PREF_W = np.linspace(0.02, 0.98, N_PREFS)  # lambda = (w, 1 - w): interior of the simplex
 MUS = (0.003, 0.01, 0.05, 0.2, 1.0)  # the temperatures of the mu sweep
-BOUND_MUS = (0.01, 0.05, 0.2)  # temperatures at which claim 2 checks the mu log m bound
+BOUND_MUS = (0.01, 0.05, 0.2)  # temperatures at which a check tests the mu log m bound
 REF_POINT = 1.1  # hypervolume reference point (both objectives lie in [0, 1])
 DISTINCT_TOL = 0.02  # two solutions are "the same" if their objectives differ by less
+COLOURS = {"LS": "C0", "TCH": "C1", "STCH": "C2", "MGDA": "C3"}  # one colour per method
+RULE_STYLES = {"gd": "--", "subgradient": ":", "adam": "-"}  # one line style per update rule
 preferences = torch.tensor(np.stack([PREF_W, 1 - PREF_W], axis=1))  # (P, 2)
 print(f"tier {tier}: {cfg.n_starts} starting point(s) x {N_PREFS} preferences, "
       f"{cfg.steps} steps of {optimizer} (lr {lr}); multi-task: {cfg.mtl_steps} steps")
@@ -220,10 +235,13 @@ def scalarize(method, f, lam, mu=0.01, z=0.0):
 check_gen = torch.Generator().manual_seed(seed)
 v = torch.rand(1000, 3, generator=check_gen, dtype=torch.float64)
 ones = torch.ones(3, dtype=torch.float64)
+sandwich_err = 0.0  # the largest violation of Eq. 5 on either side
 for m_check in (0.001, 0.1, 10.0):
     s, t_max = stch_scalarization(v, ones, m_check), v.max(-1).values
-    print(f"mu = {m_check:<6g}: max <= STCH holds: {bool((t_max <= s + 1e-12).all())}, "
-          f"STCH - max <= mu log 3 holds: {bool((s - t_max <= m_check * math.log(3) + 1e-12).all())}")
+    below, above = (t_max - s).max().item(), (s - t_max - m_check * math.log(3)).max().item()
+    sandwich_err = max(sandwich_err, below, above, 0.0)
+    print(f"mu = {m_check:<6g}: max <= STCH holds: {below <= 1e-12}, "
+          f"STCH - max <= mu log 3 holds: {above <= 1e-12}")
 
 x_check = torch.randn(4, generator=check_gen, dtype=torch.float64, requires_grad=True)
 lam_check = torch.tensor([0.2, 0.5, 0.3], dtype=torch.float64)
@@ -231,35 +249,71 @@ f_check = torch.stack([(x_check ** 2).sum(), (x_check - 1).abs().sum(), torch.si
 grads = torch.stack([torch.autograd.grad(fi, x_check, retain_graph=True)[0] for fi in f_check])
 by_eq4 = (stch_weights(f_check, lam_check, 0.1)[:, None] * lam_check[:, None] * grads).sum(0)
 by_autograd = torch.autograd.grad(stch_scalarization(f_check, lam_check, 0.1), x_check)[0]
-print("autograd gradient of Eq. 3 equals Eq. 4:", bool(torch.allclose(by_autograd, by_eq4)))
+grad_err = (by_autograd - by_eq4).abs().max().item()
+print(f"autograd gradient of Eq. 3 equals Eq. 4: {grad_err < 1e-12}")
 
 # %% [markdown]
 # ### The solver
 #
-# All three methods are plain first-order optimisation of a scalarized objective: the
-# same optimizer, learning rate and number of steps, only the scalar differs. The
-# preferences are independent problems, so we stack them (and the starting points) in
-# one batch and minimise the *sum* of their scalarized objectives: each row of `x` only
-# receives the gradient of its own term, and Adam and SGD act element-wise, so this is
-# exactly $P$ separate runs done at once. For TCH, autograd's gradient of `max` is a
-# subgradient (the gradient of the currently worst objective): this is the classic
-# subgradient method.
+# All three scalarizations are minimised by the same first-order update rule, with the
+# same learning rate and number of steps; only the scalar differs. Three rules, with
+# $g_t$ the (sub)gradient of the scalarized objective at step $t$ and $\eta$ the learning
+# rate:
+#
+# - **gradient descent** with a constant step, $x_{t+1} = x_t - \eta\, g_t$;
+# - the **classic subgradient method** (Shor's normalised step with a diminishing size,
+#   the method whose $O(1/\sqrt{t})$ guarantee for non-smooth problems the paper
+#   contrasts with smooth optimisation),
+#   $x_{t+1} = x_t - \frac{\eta}{\sqrt{t+1}}\, \frac{g_t}{\|g_t\|}$;
+# - **Adam** (the optimizer of the authors' code), whose step has size about $\eta$
+#   whatever the size of $g_t$.
+#
+# For TCH, autograd's gradient of `max` is a subgradient: the gradient of the currently
+# worst objective.
+
+# %%
+ADAM_BETAS, ADAM_EPS = (0.9, 0.999), 1e-8  # PyTorch's defaults
+
+
+def apply_rule(rule, x, g, state, lr, t):
+    """One step of 'gd', 'subgradient' or 'adam' on x (in place); lr broadcasts against x."""
+    if rule == "gd":
+        x -= lr * g
+    elif rule == "subgradient":  # normalised, diminishing step
+        x -= lr / math.sqrt(t + 1) * g / g.norm(dim=-1, keepdim=True).clamp_min(1e-300)
+    elif rule == "adam":
+        (b1, b2), (m, v) = ADAM_BETAS, state
+        m.mul_(b1).add_((1 - b1) * g)
+        v.mul_(b2).add_((1 - b2) * g * g)
+        m_hat, v_hat = m / (1 - b1 ** (t + 1)), v / (1 - b2 ** (t + 1))
+        x -= lr * m_hat / (v_hat.sqrt() + ADAM_EPS)
+    else:
+        raise ValueError(f"unknown update rule {rule!r}")
+
+
+# %% [markdown]
+# The preferences are independent problems, so we stack them (and the starting points,
+# and several learning rates) in one batch and minimise the *sum* of their scalarized
+# objectives: each row of `x` only receives the gradient of its own term, and the three
+# rules act row by row, so this is exactly that many separate runs done at once.
 
 # %%
 def solve(objectives, lam, x0, method, mu=0.01, optimizer="adam", lr=0.05, steps=300, z=0.0,
           scalarizer=scalarize):
     """Minimise scalarizer(method, objectives(x), lam, mu, z) from x0; returns the trajectory.
 
-    x0 has shape (..., d) and lam (..., m) broadcasting to it; every leading index is an
-    independent problem. Returns x at every step, shape (steps + 1, ..., d)."""
-    x = x0.detach().clone().requires_grad_(True)
-    opt = (torch.optim.Adam([x], lr=lr) if optimizer == "adam"
-           else torch.optim.SGD([x], lr=lr))
+    x0 has shape (..., d), lam (..., m) and lr (a number or a tensor) broadcast to it;
+    every leading index is an independent problem. Returns x at every step, shape
+    (steps + 1, ..., d)."""
+    lr = torch.as_tensor(lr, dtype=x0.dtype)
+    x = (x0 + 0 * lr).detach().clone().requires_grad_(True)  # broadcast x0 over the lrs
+    state = (torch.zeros_like(x), torch.zeros_like(x))
     traj = [x.detach().clone()]
-    for _ in range(steps):
-        opt.zero_grad()
-        scalarizer(method, objectives(x), lam, mu, z).sum().backward()  # one backward pass
-        opt.step()
+    for t in range(steps):
+        value = scalarizer(method, objectives(x), lam, mu, z).sum()
+        (g,) = torch.autograd.grad(value, x)  # one backward pass
+        with torch.no_grad():
+            apply_rule(optimizer, x, g, state, lr, t)
         traj.append(x.detach().clone())
     return torch.stack(traj)
 
@@ -380,8 +434,8 @@ print(f"hypervolume of the whole concave front (4001 points): {hv_true:.4f}")
 # Eleven preferences $\lambda = (w, 1-w)$, $w \in \{0.02, 0.116, \dots, 0.98\}$, all
 # started from the same random point $x_0 \sim 0.3\,\mathcal N(0, I)$, and
 # `n_starts` such starting points (drawn from `seed`). LS, TCH and STCH at temperature
-# `mu` get the same optimizer, learning rate and number of steps. For every solution we
-# know its TCH gap exactly.
+# `mu` get the same update rule (`optimizer`), learning rate and number of steps. For
+# every solution we know its TCH gap exactly.
 
 # %%
 def starting_points(seed_, n_starts, n_prefs=N_PREFS, d=DIM):
@@ -424,7 +478,7 @@ for name, r in results.items():
 print(f"{'whole front':<14} {'':>14} {hv_true:>7.4f}")
 
 # %%
-def draw_front(ax, front_pts, F, lam_np, title, f_exact=None, label="solutions"):
+def draw_front(ax, front_pts, F, lam_np, title, f_exact=None, label="solutions", color="C2"):
     """The front, the solutions F (P, 2) and the preference rays lam_1 f_1 = lam_2 f_2."""
     ax.plot(front_pts[:, 0], front_pts[:, 1], color="0.6", lw=1.2, zorder=1)
     s = np.linspace(0, 1.05, 2)
@@ -435,7 +489,7 @@ def draw_front(ax, front_pts, F, lam_np, title, f_exact=None, label="solutions")
     if f_exact is not None:
         ax.scatter(f_exact[:, 0], f_exact[:, 1], s=40, facecolors="none", edgecolors="k",
                    lw=0.8, zorder=2, label="exact TCH")
-    ax.scatter(F[:, 0], F[:, 1], s=16, color="C1", zorder=3, label=label)
+    ax.scatter(F[:, 0], F[:, 1], s=16, color=color, zorder=3, label=label)
     ax.set(xlim=(-0.03, 1.03), ylim=(-0.03, 1.03), xlabel="$f_1$", title=title, aspect="equal")
 
 
@@ -443,7 +497,8 @@ fig, axes = plt.subplots(1, 3, figsize=(8.4, 3.0), sharey=True)
 for ax, (name, F) in zip(axes, F_hist.items()):
     r = results[name]
     draw_front(ax, true_front, F[-1, 0], preferences.numpy(),
-               f"{name}: {r['distinct']} distinct, HV {r['hv']:.3f}", f_star)
+               f"{name}: {r['distinct']} distinct, HV {r['hv']:.3f}", f_star,
+               color=COLOURS[name.split()[0]])
 axes[0].set_ylabel("$f_2$")
 axes[0].legend(loc="upper right")
 plt.show()
@@ -454,12 +509,14 @@ plt.show()
 # front is unreachable, whatever the optimizer. TCH and STCH put each solution on its
 # preference ray (the grey lines), at the exact TCH point (the circles).
 #
-# ### Convergence: smooth vs. subgradient
+# ### Convergence: smooth vs. non-smooth at the same step
 #
-# The final picture hides how the two Tchebycheff methods got there. The worst TCH gap
-# over the eleven preferences, step by step, and the weight $\pi_1$ that each method puts
-# on objective 1 for the middle preference ($\lambda = (0.5, 0.5)$). For TCH the
-# "weight" is the subgradient's choice, 0 or 1: which objective is currently the worst.
+# The final picture hides how the two Tchebycheff methods got there, both run with the
+# same update rule and learning rate (`optimizer`, `lr`: Adam at 0.05 by default). The
+# worst TCH gap over the eleven preferences, step by step, and the weight $\pi_1$ that
+# each method puts on objective 1 for the middle preference ($\lambda = (0.5, 0.5)$).
+# For TCH the "weight" is the subgradient's choice, 0 or 1: which objective is currently
+# the worst.
 
 # %%
 gap_curves = {name: tch_gap(F, preferences.numpy(), g_star).max(axis=(1, 2))
@@ -472,12 +529,12 @@ pi_stch = stch_weights(torch.tensor(F_hist[f"STCH mu={mu:g}"][:, 0, mid]),
 
 fig, axes = plt.subplots(1, 2, figsize=(8, 2.8))
 for i, (name, g) in enumerate(gap_curves.items()):
-    axes[0].semilogy(np.maximum(g, 1e-6), color=f"C{i + 1}", label=name, lw=1)
+    axes[0].semilogy(np.maximum(g, 1e-6), color=COLOURS[name.split()[0]], label=name, lw=1)
 axes[0].axhline(mu * math.log(2), color="k", ls=":", lw=1, label=r"$\mu \log 2$")
 axes[0].set(xlabel="step", ylabel="max TCH gap over preferences", ylim=(1e-4, 1))
 axes[0].legend()
-axes[1].plot(pi_tch, color="C1", lw=0.6, label="TCH (active objective)")
-axes[1].plot(pi_stch, color="C2", lw=1.4, label=f"STCH mu={mu:g}: $\\pi_1$")
+axes[1].plot(pi_tch, color=COLOURS["TCH"], lw=0.6, label="TCH (active objective)")
+axes[1].plot(pi_stch, color=COLOURS["STCH"], lw=1.4, label=f"STCH mu={mu:g}: $\\pi_1$")
 axes[1].set(xlabel="step", ylabel="weight on $f_1$", ylim=(-0.05, 1.05),
             title=r"$\lambda = (0.5, 0.5)$")
 axes[1].legend(loc="center right", frameon=True, framealpha=0.9)
@@ -487,24 +544,76 @@ print(f"TCH switched its active objective {switches} times in the last half of t
       f"STCH's pi_1 ended at {pi_stch[-1]:.3f}")
 
 # %% [markdown]
-# The same comparison with the other optimizer (the claims below use the one chosen in
-# the parameters, Adam by default; the notes at the end discuss the difference):
-
-# %%
-other_opt = "sgd" if optimizer == "adam" else "adam"
-other_gap = {m: summarise(objective_history(x0, preferences, m, mu, other_opt, lr, cfg.steps)[-1],
-                          preferences, g_star)["max_gap"] for m in ("TCH", "STCH")}
-print(f"{other_opt}, lr {lr}: max TCH gap of TCH {other_gap['TCH']:.4f}, of STCH mu={mu:g} "
-      f"{other_gap['STCH']:.4f}, ratio {other_gap['STCH'] / other_gap['TCH']:.2f}")
-run.metric(f"max_tch_gap_{other_opt}", {k: round(v, 5) for k, v in other_gap.items()})
-
-# %% [markdown]
-# Once near the solution, the subgradient method ping-pongs: each step follows whichever
+# Once near the solution, the constant-step TCH ping-pongs: each step follows whichever
 # objective is worse, overshoots, and the other one becomes the worst. Its error stalls at
 # a level set by the step size. STCH's weights settle at an interior value (a fixed
 # mixture of the two gradients), and its gap drops to its bias, which is below the bound
 # $\mu \log 2$ of Eq. 6.
 #
+# ### Against the classic subgradient method, every step size tuned
+#
+# A constant step is not how the textbook treats a non-smooth problem: the classic
+# subgradient method shrinks its step like $1/\sqrt t$, and every method deserves its
+# best learning rate. So we give each pair (scalarization, update rule) the same 300
+# steps and a grid of learning rates, all in one batch, and keep each pair's best worst
+# final gap over the grid. STCH keeps its temperature `mu`.
+
+# %%
+LR_GRID = np.logspace(-2.5, 0.5, 13)  # learning rates tried for every (method, rule) pair
+RULES = ("gd", "subgradient", "adam")
+
+
+def tuned_gaps(x0_, lam, g_star_, method, mu_, rule, steps, lrs=LR_GRID):
+    """Worst final TCH gap (over starts and preferences) at each learning rate in lrs, and
+    the final objectives, shape (lrs, starts, preferences, 2)."""
+    lr_t = torch.tensor(lrs, dtype=torch.float64).view(-1, 1, 1, 1)
+    F = concave_objectives(solve(concave_objectives, lam, x0_, method, mu_, rule, lr_t, steps)[-1])
+    F = F.numpy()
+    return tch_gap(F, np.asarray(lam), g_star_).reshape(len(lrs), -1).max(axis=1), F
+
+
+lr_grid = LR_GRID[::cfg.lr_stride]  # the smoke tier tries every fourth
+tuned_runs = {(m_, rule): tuned_gaps(x0, preferences, g_star, m_, mu, rule, cfg.steps, lr_grid)
+              for m_ in ("TCH", "STCH") for rule in RULES}
+tuned = {k: gaps for k, (gaps, _) in tuned_runs.items()}
+print(f"worst final TCH gap after {cfg.steps} steps, best learning rate of {len(lr_grid)}")
+print(f"{'rule':<12} {'TCH':>8} {'(lr)':>7} {f'STCH mu={mu:g}':>13} {'(lr)':>7}")
+for rule in RULES:
+    t_, s_ = tuned[("TCH", rule)], tuned[("STCH", rule)]
+    print(f"{rule:<12} {t_.min():>8.4f} {lr_grid[t_.argmin()]:>7.3g} {s_.min():>13.4f} "
+          f"{lr_grid[s_.argmin()]:>7.3g}")
+best_tch = min(tuned[("TCH", r)].min() for r in RULES)
+best_stch = min(tuned[("STCH", r)].min() for r in RULES)
+sub_best = tuned[("TCH", "subgradient")].min()
+sub_F = tuned_runs[("TCH", "subgradient")][1][tuned[("TCH", "subgradient")].argmin()]
+hv_sub = min(hypervolume_2d(F) for F in sub_F)  # worst start, as in summarise()
+print(f"best TCH (any rule) {best_tch:.4f}; best STCH {best_stch:.4f}; "
+      f"classic subgradient / best STCH: {sub_best / best_stch:.2f}")
+
+# %%
+fig, ax = plt.subplots(figsize=(5, 3))
+for (m_, rule), gaps in tuned.items():
+    ax.loglog(lr_grid, np.maximum(gaps, 1e-6), color=COLOURS[m_], ls=RULE_STYLES[rule], lw=1.2,
+              marker="o", ms=2.5, label=f"{m_}, {rule}")
+ax.axhline(mu * math.log(2), color="k", ls=":", lw=1, label=r"$\mu \log 2$")
+ax.set(xlabel=r"learning rate $\eta$", ylabel="worst final TCH gap", ylim=(1e-4, 1.5))
+ax.legend(ncol=2, fontsize=7)
+plt.show()
+
+# %% [markdown]
+# Read the table with care. At a *constant* step (gradient descent or Adam) the smoothing
+# is what lets the method settle. But the classic subgradient method, with its shrinking
+# step and a tuned $\eta$, gets about as close to the TCH optimum in the same 300 steps,
+# and usually closer: STCH cannot go below its own bias (the gap of its exact minimiser,
+# a fraction of $\mu \log 2$), while the subgradient method converges to the TCH point
+# itself (on a few seeds one of its starts is still oscillating after 300 steps, and it
+# ends a little behind STCH). On
+# this smooth, well-conditioned problem the faster convergence the paper proves for STCH
+# does not show against a well-tuned subgradient method; what shows is that STCH does not
+# need a step schedule: one constant step works, as it does for Adam in the authors'
+# code. The claims below say exactly that.
+
+# %% [markdown]
 # ### The temperature: from TCH to LS
 #
 # Now a sweep over $\mu$. Small $\mu$ is TCH-like (near-exact, but less smooth: at
@@ -556,12 +665,12 @@ fig, axes = plt.subplots(1, 2, figsize=(8, 2.8))
 for i, m_ in enumerate(sweep_mus):
     axes[0].semilogy(np.maximum(sweep[m_]["curve"], 1e-6), lw=1, label=f"mu={m_:g}",
                      color=plt.cm.viridis(i / max(1, len(sweep_mus) - 1)))
-axes[0].semilogy(gap_curves["TCH"], color="C1", lw=0.8, ls="--", label="TCH")
+axes[0].semilogy(gap_curves["TCH"], color=COLOURS["TCH"], lw=0.8, ls="--", label="TCH")
 axes[0].set(xlabel="step", ylabel="max TCH gap", ylim=(1e-4, 1))
 axes[0].legend(ncol=2)
 for i, (lam, tt) in enumerate(argmins.items()):
-    axes[1].semilogx(mu_grid, tt, color=f"C{i}", label=f"$\\lambda$ = {lam}")
-    axes[1].axhline(tch_optimum(concave_front, lam)[0], color=f"C{i}", ls=":", lw=1)
+    axes[1].semilogx(mu_grid, tt, color=("0.15", "0.6")[i], label=f"$\\lambda$ = {lam}")
+    axes[1].axhline(tch_optimum(concave_front, lam)[0], color=("0.15", "0.6")[i], ls=":", lw=1)
 axes[1].set(xlabel=r"$\mu$", ylabel="STCH minimiser $t$ on the front",
             title="dotted: exact TCH solution")
 axes[1].legend()
@@ -598,7 +707,6 @@ plt.show()
 # %%
 MTL_TASKS = 3  # number of regression tasks
 MTL_MU = 0.1  # STCH temperature on the normalised losses
-MTL_LR = 3e-3  # Adam learning rate of every multi-task method
 
 
 def make_mtl_data(n, d, gen):
@@ -611,79 +719,103 @@ def make_mtl_data(n, d, gen):
     return X, Y
 
 
-class MultiTaskNet(nn.Module):
-    """A shared trunk with a narrow bottleneck and one small head per task."""
+def stacked_linear(n_in, n_out, *lead, gen=None):
+    """Weights and biases of independent Linear layers stacked along the leading axes,
+    drawn like PyTorch's nn.Linear (uniform in +-1/sqrt(n_in))."""
+    bound = 1 / math.sqrt(n_in)
+    draw = lambda *shape: nn.Parameter((2 * torch.rand(*shape, generator=gen) - 1) * bound)
+    return [draw(*lead, n_in, n_out), draw(*lead, 1, n_out)]
 
-    def __init__(self, d_in, width=64, bottleneck=2, tasks=MTL_TASKS):
+
+class MultiTaskNets(nn.Module):
+    """k independent networks, each a shared trunk with a narrow bottleneck and one small
+    head per task, stacked along a leading axis so that they train in one batch."""
+
+    def __init__(self, k, d_in, width=64, bottleneck=2, tasks=MTL_TASKS, gen=None):
         super().__init__()
-        self.trunk = nn.Sequential(icmlbook.MLP(d_in, [width], bottleneck), nn.ReLU())
-        self.heads = nn.ModuleList([icmlbook.MLP(bottleneck, [width], 1) for _ in range(tasks)])
+        self.trunk = nn.ParameterList(stacked_linear(d_in, width, k, gen=gen)
+                                      + stacked_linear(width, bottleneck, k, gen=gen))
+        self.heads = nn.ParameterList(stacked_linear(bottleneck, width, k, tasks, gen=gen)
+                                      + stacked_linear(width, 1, k, tasks, gen=gen))
 
     def forward(self, x):
-        h = self.trunk(x)
-        return torch.cat([head(h) for head in self.heads], dim=1)
+        """x (n, d) -> predictions (k, n, tasks)."""
+        w1, b1, w2, b2 = self.trunk
+        h = torch.relu(torch.relu(x @ w1 + b1) @ w2 + b2)  # (k, n, bottleneck)
+        v1, c1, v2, c2 = self.heads
+        out = torch.relu(h[:, None] @ v1 + c1) @ v2 + c2  # (k, tasks, n, 1)
+        return out[..., 0].transpose(1, 2)
 
 
 def task_losses(net, X, Y):
-    """Mean squared error of each task, shape (tasks,)."""
-    return ((net(X) - Y) ** 2).mean(dim=0)
+    """Mean squared error of each task in each network, shape (k, tasks)."""
+    return ((net(X) - Y) ** 2).mean(dim=1)
 
 
 def min_norm_weights(G, iters=50):
-    """Eq. 8: Frank-Wolfe for argmin over the simplex of |sum_i alpha_i G_i|^2; G is (m, p)."""
-    M = G @ G.T
-    alpha = torch.full((G.shape[0],), 1.0 / G.shape[0], dtype=G.dtype)
+    """Eq. 8: Frank-Wolfe for argmin over the simplex of |sum_i alpha_i G_i|^2, with G of
+    shape (..., m, p): every leading index is its own problem, solved side by side."""
+    M = (G @ G.transpose(-1, -2)).double().numpy()  # (..., m, m): NumPy is fast at this size
+    alpha = np.full(M.shape[:-1], 1.0 / M.shape[-1])
     for _ in range(iters):
-        j = int(torch.argmin(M @ alpha))
-        d = -alpha.clone()
-        d[j] += 1.0  # direction towards vertex e_j
-        curv = d @ M @ d
-        if curv <= 1e-20:
-            break
-        gamma = float(torch.clamp(-(d @ M @ alpha) / curv, 0.0, 1.0))  # exact line search
-        if gamma <= 1e-10:
-            break
-        alpha = alpha + gamma * d
-    return alpha
+        M_alpha = (M @ alpha[..., None])[..., 0]
+        d = -alpha.copy()
+        np.put_along_axis(d, M_alpha.argmin(-1)[..., None], 1 - np.take_along_axis(
+            alpha, M_alpha.argmin(-1)[..., None], -1), -1)  # direction towards vertex e_j
+        curv = (d * (M @ d[..., None])[..., 0]).sum(-1)
+        gamma = np.clip(-(d * M_alpha).sum(-1) / np.maximum(curv, 1e-20), 0.0, 1.0)  # line search
+        alpha = alpha + np.where(curv > 1e-20, gamma, 0.0)[..., None] * d
+    return torch.as_tensor(alpha, dtype=G.dtype)
 
 
-def mgda_backward(net, losses):
-    """Set .grad for MGDA: one backward pass per task, min-norm combination on the trunk."""
-    shared = list(net.trunk.parameters())
-    params = shared + list(net.heads.parameters())
-    per_task = [torch.autograd.grad(li, params, retain_graph=True, allow_unused=True)
-                for li in losses]  # m backward passes
-    G = torch.stack([torch.cat([g.flatten() for g in gr[:len(shared)]]) for gr in per_task])
-    alpha = min_norm_weights(G)
-    for k, p in enumerate(params):
-        if k < len(shared):
-            p.grad = sum(alpha[i] * per_task[i][k] for i in range(len(losses)))
-        else:  # a head only feels its own task
-            p.grad = sum(gr[k] for gr in per_task if gr[k] is not None)
-    return len(losses)
+def mgda_grads(net, losses):
+    """MGDA's update direction for every parameter: one backward pass per task, then the
+    min-norm combination (Eq. 8) of the tasks' trunk gradients, network by network."""
+    n_trunk, params = len(net.trunk), list(net.trunk) + list(net.heads)
+    per_task = [torch.autograd.grad(losses[:, i].sum(), params, retain_graph=True)
+                for i in range(losses.shape[1])]  # m backward passes (all k networks at once)
+    k = losses.shape[0]
+    G = torch.stack([torch.cat([g.reshape(k, -1) for g in gr[:n_trunk]], dim=1)
+                     for gr in per_task], dim=1)  # (k, m, trunk parameters)
+    alpha = min_norm_weights(G)  # (k, m)
+    grads = []
+    for j in range(len(params)):
+        if j < n_trunk:
+            a = alpha.view(k, len(per_task), *[1] * (params[j].dim() - 1))
+            grads.append(sum(a[:, i] * per_task[i][j] for i in range(len(per_task))))
+        else:  # a head only feels its own task's loss
+            grads.append(sum(gr[j] for gr in per_task))
+    return grads
 
 
-def train_mtl(method, X, Y, steps, seed_, lr_=MTL_LR, mu_=MTL_MU, scalarizer=scalarize):
-    """Train a MultiTaskNet with LS / TCH / STCH / MGDA on normalised losses.
+def train_mtl(method, X, Y, steps, seed_, lrs=(3e-3,), restarts=1, mu_=MTL_MU,
+              scalarizer=scalarize):
+    """Train len(lrs) x restarts networks with LS / TCH / STCH / MGDA on normalised losses,
+    in one batch, with Adam (apply_rule) at each network's learning rate.
 
-    Returns the normalised losses per step (steps + 1, tasks), the seconds of each step and
-    the number of backward passes per step."""
-    torch.manual_seed(seed_)
-    net = MultiTaskNet(X.shape[1], tasks=Y.shape[1])
-    opt = torch.optim.Adam(net.parameters(), lr=lr_)
+    Returns the normalised losses per step (steps + 1, networks, tasks), with networks
+    ordered lr-major, the seconds of each step and the backward passes per step."""
+    gen = torch.Generator().manual_seed(seed_)
+    net = MultiTaskNets(len(lrs) * restarts, X.shape[1], tasks=Y.shape[1], gen=gen)
+    params = list(net.trunk) + list(net.heads)
+    lr_k = torch.tensor(lrs).repeat_interleave(restarts)  # (k,)
+    lr_p = [lr_k.view(-1, *[1] * (p.dim() - 1)) for p in params]
+    state = [(torch.zeros_like(p), torch.zeros_like(p)) for p in params]
     with torch.no_grad():
         l0 = task_losses(net, X, Y)
     lam = torch.full((Y.shape[1],), 1.0 / Y.shape[1])
-    hist, seconds, passes = [torch.ones(Y.shape[1])], [], 1
-    for _ in range(steps):
+    hist, seconds, passes = [torch.ones_like(l0)], [], 1
+    for t in range(steps):
         t_start = time.perf_counter()
-        opt.zero_grad()
-        norm_losses = task_losses(net, X, Y) / l0
+        norm_losses = task_losses(net, X, Y) / l0  # (k, tasks)
         if method == "MGDA":
-            passes = mgda_backward(net, norm_losses)
+            grads, passes = mgda_grads(net, norm_losses), Y.shape[1]
         else:
-            scalarizer(method, norm_losses, lam, mu_).backward()
-        opt.step()
+            value = scalarizer(method, norm_losses, lam, mu_).sum()
+            grads = torch.autograd.grad(value, params)  # one backward pass
+        with torch.no_grad():
+            for p, g, st, lr_ in zip(params, grads, state, lr_p):
+                apply_rule("adam", p, g, st, lr_, t)
         seconds.append(time.perf_counter() - t_start)
         hist.append(norm_losses.detach())
     with torch.no_grad():
@@ -691,42 +823,71 @@ def train_mtl(method, X, Y, steps, seed_, lr_=MTL_LR, mu_=MTL_MU, scalarizer=sca
     return torch.stack(hist).numpy(), np.array(seconds), passes
 
 
+# %% [markdown]
+# Every method gets the same data, network, steps and two Adam learning rates, and
+# `mtl_restarts` network initialisations per learning rate; a method's score is its mean
+# over the restarts at its best learning rate. Two measures of the final normalised losses
+# $\tilde\ell$: the **worst task**, $\max_i \tilde\ell_i$ (what TCH and STCH aim at), and
+# the **hypervolume** of the loss vector with reference point $(1, 1, 1)$, the volume
+# $\prod_i (1 - \tilde\ell_i)$ it dominates, which rewards progress on every task and
+# favours no scalarization. All networks of one method train in one batch: each has its
+# own weights and its own Adam state, so this is exactly that many separate runs.
+
 # %%
-X_mtl, Y_mtl = make_mtl_data(1024, 8, torch.Generator().manual_seed(seed))
-mtl = {}
-for method in icmlbook.progress(["LS", "TCH", "STCH", "MGDA"], desc="multi-task"):
-    mtl[method] = train_mtl(method, X_mtl, Y_mtl, cfg.mtl_steps, seed)
+MTL_N = 256  # training examples of the multi-task problem
+MTL_LRS = (3e-3, 1e-2)  # Adam learning rates every multi-task method is tried with
+
+
+def mtl_scores(final):
+    """Worst task and hypervolume (reference point 1) of final normalised losses (..., m)."""
+    return final.max(axis=-1), np.prod(np.clip(1 - final, 0, None), axis=-1)
+
+
+X_mtl, Y_mtl = make_mtl_data(MTL_N, 8, torch.Generator().manual_seed(seed))
+R = cfg.mtl_restarts
+mtl_runs = {m_: train_mtl(m_, X_mtl, Y_mtl, cfg.mtl_steps, seed, MTL_LRS, R)
+            for m_ in icmlbook.progress(["LS", "TCH", "STCH", "MGDA"], desc="multi-task")}
+mtl_worst, mtl_hv = {}, {}
+for m_, (hist, _, _) in mtl_runs.items():
+    worst, hv = mtl_scores(hist[-1].reshape(len(MTL_LRS), R, -1))  # (lrs, restarts)
+    mtl_worst[m_] = float(worst.mean(axis=1).min())  # mean over restarts, best lr for each
+    mtl_hv[m_] = float(hv.mean(axis=1).max())
+mtl = {m_: (hist[:, 0], secs, passes) for m_, (hist, secs, passes) in mtl_runs.items()}  # figure
 step_ms = {k: 1e3 * float(np.median(v[1][5:] if len(v[1]) > 10 else v[1])) for k, v in mtl.items()}
-print(f"{'method':<6} {'backward/step':>13} {'ms/step':>8} | final normalised loss per task "
-      f"| worst")
+print(f"{'method':<6} {'backward/step':>13} {'ms/step':>8} {'worst task':>11} {'HV':>7}"
+      f"   (mean of {cfg.mtl_restarts} restarts, best of {len(MTL_LRS)} learning rates)")
 for k, (hist, _, passes) in mtl.items():
-    print(f"{k:<6} {passes:>13d} {step_ms[k]:>8.2f} | "
-          + " ".join(f"{v:.3f}" for v in hist[-1]) + f" | {hist[-1].max():.3f}")
+    print(f"{k:<6} {passes:>13d} {step_ms[k]:>8.2f} {mtl_worst[k]:>11.3f} {mtl_hv[k]:>7.3f}")
 step_ratio = step_ms["MGDA"] / step_ms["STCH"]
-print(f"measured step-time ratio MGDA / STCH: {step_ratio:.2f} (3 tasks; machine load matters)")
+print(f"measured step-time ratio MGDA / STCH: {step_ratio:.2f} ({len(MTL_LRS) * R} networks of "
+      f"3 tasks per step; machine load matters)")
 
 # %%
 fig, axes = plt.subplots(1, 2, figsize=(8, 2.8))
-for i, (k, (hist, _, _)) in enumerate(mtl.items()):
-    axes[0].semilogy(hist.max(axis=1), color=f"C{i}", lw=1, label=k)
+for k, (hist, _, _) in mtl.items():
+    axes[0].semilogy(hist.max(axis=1), color=COLOURS[k], lw=1, label=k)
 axes[0].set(xlabel="step", ylabel="worst normalised task loss")
 axes[0].legend()
 xs = np.arange(MTL_TASKS)
 for i, (k, (hist, _, _)) in enumerate(mtl.items()):
-    axes[1].bar(xs + (i - 1.5) * 0.2, hist[-1], width=0.2, color=f"C{i}", label=k)
+    axes[1].bar(xs + (i - 1.5) * 0.2, hist[-1], width=0.2, color=COLOURS[k], label=k)
 axes[1].set(xticks=xs, xticklabels=[f"task {i + 1}" for i in xs],
-            ylabel="final normalised loss", title=f"after {cfg.mtl_steps} steps")
+            ylabel="final normalised loss", title=f"after {cfg.mtl_steps} steps, lr {MTL_LRS[0]:g}")
 plt.show()
 
 # %% [markdown]
 # LS minimises the *average* normalised loss and is free to neglect one task; STCH
 # minimises a smoothed *worst* one and spreads the bottleneck more evenly. Hard TCH aims at
 # the same target but its subgradient whipsaws between tasks. MGDA's min-norm direction
-# is a descent direction for every task (it stops at Pareto-*stationary* points, not at a
-# chosen trade-off), and it pays for it with one backward pass per task plus the small
-# quadratic program: the step-time ratio above grows with the number of tasks (next cell)
-# and with the size of the shared network. Timings on a shared CPU are noisy, so the
-# chapter reports the ratios but does not assert on them.
+# is a descent direction for every task, but it stops at the first Pareto-*stationary*
+# point it meets, not at a chosen trade-off, and on this network that point is often a
+# poor one for some task: its worst task is behind STCH's, and its hypervolume usually is
+# (the claims below measure by how much). It also pays one backward pass per task plus the
+# small quadratic program: the step-time ratio above grows with the number of tasks (next
+# cell) and with the size of the shared network. Timings on a shared CPU are noisy, so
+# the chapter reports the ratios but does not assert on them. LS is close to STCH here
+# on both measures: on this problem the worst task is not much worse under the plain
+# average.
 
 # %% [markdown]
 # How does the cost grow with the number of tasks? The same network with $m = 2, 4, 8$
@@ -750,7 +911,7 @@ cost = {method: [ms_per_step(method, k, cfg.cost_steps, seed) for k in TASK_COUN
         for method in ("STCH", "MGDA")}
 fig, ax = plt.subplots(figsize=(4.2, 2.6))
 for i, (method, rows) in enumerate(cost.items()):
-    ax.plot(TASK_COUNTS, [ms for ms, _ in rows], "o-", color=f"C{2 + i}",
+    ax.plot(TASK_COUNTS, [ms for ms, _ in rows], "o-", color=COLOURS[method],
             label=f"{method} ({', '.join(str(p) for _, p in rows)} backward passes)")
 ax.set(xlabel="number of tasks $m$", ylabel="ms per step", xticks=TASK_COUNTS, ylim=(0, None))
 ax.legend()
@@ -758,46 +919,75 @@ plt.show()
 for k, (a, b) in zip(TASK_COUNTS, zip(cost["STCH"], cost["MGDA"])):
     print(f"m = {k}: STCH {a[0]:.2f} ms, MGDA {b[0]:.2f} ms per step, ratio {b[0] / a[0]:.2f}")
 run.metric("ms_per_step_vs_tasks", {f"{method} m={k}": round(ms, 3) for method, rows in cost.items()
-                                    for k, (ms, _) in zip(TASK_COUNTS, rows)})
+                                    for k, (ms, _) in zip(TASK_COUNTS, rows)});
 
 # %% [markdown]
-# ## Claim checks
+# ## Claims
 #
-# Thresholds fixed before the run (calibrated on trial runs of this
-# implementation, seeds 0–4, Adam, lr 0.05, 300 steps, three starting points). They hold
-# at the default parameters; changing `optimizer`, `lr` or `mu` changes what is measured,
-# and the claims may then fail: that is information, not a bug (see the notes below). At
-# the smoke tier they are recorded, not enforced.
-#
-# 1. **Non-convex front coverage.** On the concave problem LS finds at most 3 distinct
-#    solutions for the 11 preferences, STCH ($\mu$ = `mu`) at least 10, and STCH's
-#    hypervolume is at least 1.8 times LS's (worst over starting points).
-# 2. **STCH approximates TCH within $\mu \log m$ (Eq. 6).** For $\mu \in \{0.01, 0.05,
-#    0.2\}$, every preference and every starting point, the TCH gap of the STCH solution
-#    exceeds $\mu \log 2$ by at most 0.005 (an allowance for the optimizer's error).
-# 3. **Smoothness pays.** With the same optimizer, learning rate and steps, STCH's worst
-#    final TCH gap is at most half the TCH subgradient method's.
-# 4. **STCH balances tasks.** In the multi-task problem, STCH's worst normalised task
-#    loss is at most LS's.
+# Paper claims first: what the paper says STCH does, each against the strongest
+# baseline we could give the same budget, or against STCH with its key ingredient (the
+# smoothing) removed. Then checks: what must hold if the code is right (the formulas,
+# the closed-form behaviour of LS on a concave front, the bound of Eq. 6, the count of
+# backward passes), which is no evidence for the paper. The thresholds were fixed on
+# trial runs of this implementation (seeds 0-6) before the final runs. The convergence
+# claim was first stated against TCH at the same Adam step under the name of the
+# subgradient method; once the classic subgradient method was tuned and did as well as
+# STCH, the claim was restricted to the constant step and the comparison with the tuned
+# method became a reported result. The claims hold at the default parameters; changing
+# `optimizer`, `lr` or `mu` changes what is measured. At the smoke tier they are recorded,
+# not enforced.
+
+# %% tags=["thresholds"]
+C_DISTINCT = 10  # distinct STCH solutions of 11 preferences; 11 on trial seeds 0-4
+C_HV_VS_LS = 1.8  # HV of STCH / LS on the concave front; about 2.0 on trial seeds 0-4 (LS: 2 endpoints)
+C_HV_VS_SUB = 0.98  # HV of STCH / tuned classic subgradient TCH; 1.002 on seed 0 (both near exact)
+C_SMOOTH = 0.5  # worst gap STCH / TCH at the same Adam step; 0.09-0.20 on trial seeds 0-4
+C_MTL_HV = 0.9  # multi-task HV of STCH / MGDA, each at its best lr: "matches"; 1.03-2.21 on seeds 0-16
+C_MTL_WORST = 0.8  # multi-task worst task of STCH / MGDA, each at its best lr; 0.26-0.54 on seeds 0-6
+C_LS_DISTINCT = 3  # LS on a concave front lands on the two endpoints (closed form); 1 to spare
+C_BOUND_SLACK = 0.005  # TCH gap - mu log 2 at mu in BOUND_MUS: Eq. 6 plus the optimizer's error
+C_ROUNDING = 1e-10  # float64 rounding of the identities Eq. 4 and Eq. 5
+C_ONE_PASS = 1  # backward passes per STCH step with 8 tasks (fixed by Eq. 4)
 
 # %%
 ls_r, stch_r, tch_r = results["LS"], results[f"STCH mu={mu:g}"], results["TCH"]
-run.claim("LS distinct solutions (of 11)", ls_r["distinct"], "<=", 3,
-          "LS cannot reach the concave part of the front: it only finds the endpoints")
-run.claim("STCH distinct solutions (of 11)", stch_r["distinct"], ">=", 10,
-          "STCH finds a distinct Pareto solution for (almost) every preference")
-run.claim("HV ratio STCH / LS", stch_r["hv"] / ls_r["hv"], ">=", 1.8,
-          "STCH's solutions cover far more of the concave front than LS's")
+run.claim("STCH distinct solutions (of 11)", stch_r["distinct"], ">=", C_DISTINCT,
+          "STCH finds a distinct Pareto solution for (almost) every preference, the concave "
+          "middle of the front included", versus="baseline",
+          against="LS with the same update rule, learning rate and steps")
+run.claim("HV ratio STCH / LS", stch_r["hv"] / ls_r["hv"], ">=", C_HV_VS_LS,
+          "STCH's solutions cover far more of the concave front than LS's",
+          versus="baseline", against="LS with the same update rule, learning rate and steps")
+run.claim("HV ratio STCH / tuned subgradient TCH", stch_r["hv"] / hv_sub, ">=", C_HV_VS_SUB,
+          "STCH covers the front as well as TCH solved by the classic subgradient method "
+          "with its best step size", versus="baseline",
+          against="TCH, classic subgradient method, step size tuned over LR_GRID")
+run.claim("same constant step: worst gap STCH / TCH", stch_r["max_gap"] / tch_r["max_gap"], "<=",
+          C_SMOOTH, "at the same constant-step optimizer (Adam), learning rate and steps, the "
+          "smooth surrogate gets much closer to the TCH optimum than TCH itself",
+          versus="ablation", against="TCH: the same Adam, learning rate and steps, no smoothing")
+run.claim("MTL hypervolume STCH / MGDA", mtl_hv["STCH"] / mtl_hv["MGDA"], ">=", C_MTL_HV,
+          "on a shared network STCH's final losses dominate at least about as much as MGDA's, "
+          "at one backward pass per step instead of m", versus="baseline",
+          against="MGDA, best of MTL_LRS, mean of the restarts")
+run.claim("MTL worst task STCH / MGDA", mtl_worst["STCH"] / mtl_worst["MGDA"], "<=", C_MTL_WORST,
+          "STCH's worst task ends clearly below MGDA's", versus="baseline",
+          against="MGDA, best of MTL_LRS, mean of the restarts")
+
 excess = max(sweep[m_]["max_gap"] - m_ * math.log(2) for m_ in BOUND_MUS)
-run.claim("max(TCH gap - mu log 2), mu in {0.01, 0.05, 0.2}", excess, "<=", 0.005,
+run.check("LS distinct solutions (of 11)", ls_r["distinct"], "<=", C_LS_DISTINCT,
+          "on a concave front LS's minimisers are the endpoints, whatever the preference")
+run.check("max(TCH gap - mu log 2), mu in {0.01, 0.05, 0.2}", excess, "<=", C_BOUND_SLACK,
           "STCH's solution is within mu log m of the exact TCH optimum (Eq. 6)")
-run.claim("max gap ratio STCH / TCH-subgradient", stch_r["max_gap"] / tch_r["max_gap"], "<=", 0.5,
-          "at equal optimizer, lr and steps the smooth surrogate gets much closer to the "
-          "TCH optimum than the subgradient method")
-worst = {k: float(v[0][-1].max()) for k, v in mtl.items()}
-run.claim("MTL worst-task loss ratio STCH / LS", worst["STCH"] / worst["LS"], "<=", 1.0,
-          "on a shared network STCH's worst task ends no worse than under LS, at one "
-          "backward pass per step")
+run.check("log-sum-exp sandwich (Eq. 5): violation", sandwich_err, "<=", C_ROUNDING,
+          "max <= STCH <= max + mu log m on 1000 random vectors")
+run.check("autograd vs Eq. 4: max abs difference", grad_err, "<=", C_ROUNDING,
+          "the gradient of Eq. 3 is the softmax-weighted sum of the objectives' gradients")
+run.check("backward passes per STCH step, 8 tasks", cost["STCH"][-1][1], "<=", C_ONE_PASS,
+          "STCH needs one backward pass whatever the number of tasks")
+run.metric("classic_subgradient_gap_over_stch", round(float(sub_best / best_stch), 4))
+run.metric("tuned_worst_gap", {f"{m_} {rule}": round(float(g.min()), 5)
+                               for (m_, rule), g in tuned.items()})
 run.metric("distinct", {k: v["distinct"] for k, v in results.items()})
 run.metric("hv", {k: round(v["hv"], 5) for k, v in results.items()})
 run.metric("max_tch_gap", {k: round(v["max_gap"], 5) for k, v in results.items()})
@@ -805,13 +995,35 @@ run.metric("mu_sweep", {f"{m_:g}": dict(distinct=r["distinct"], hv=round(r["hv"]
                                         max_gap=round(r["max_gap"], 5))
                         for m_, r in sweep.items()})
 run.metric("mu_jump_symmetric", mu_jump)
-run.metric("mtl_worst_task", worst)
+run.metric("mtl_worst_task", {k: round(v, 4) for k, v in mtl_worst.items()})
+run.metric("mtl_hypervolume", {k: round(v, 4) for k, v in mtl_hv.items()})
 run.metric("mtl_ms_per_step", step_ms)
-run.metric("mtl_step_time_ratio_mgda_over_stch", round(step_ratio, 3))
+run.metric("mtl_step_time_ratio_mgda_over_stch", round(step_ratio, 3));
 
 # %%
 # NBVAL_CHECK_OUTPUT
 run.verdict()
+
+# %% [markdown]
+# ## Across seeds
+#
+# One run is one seed. The table and strip plot below read this chapter's results
+# file, made by `icmlbook sweep 2 --seeds 0-9 --update-results`: every claim and check
+# over seeds 0-9 at the default tier, with the number of seeds on which it holds and
+# its worst margin (how far inside the threshold the worst seed stayed).
+
+# %%
+across = icmlbook.across_seeds(run)
+
+# %% [markdown]
+# What does not reproduce, in numbers: the classic subgradient method with its best step
+# size against STCH with its best update rule and step, both after the same 300 steps. A
+# ratio above 1 would mean that STCH converged faster; below 1, the subgradient method
+# got closer to the TCH optimum.
+
+# %%
+print(f"classic subgradient method, tuned: worst gap {sub_best:.5f}; "
+      f"STCH, best rule and step: {best_stch:.5f}; ratio {sub_best / best_stch:.2f}")
 
 # %% [markdown]
 # ## What a broken STCH does
@@ -819,11 +1031,12 @@ run.verdict()
 # A claim check is only worth something if a wrong implementation fails it. A tempting
 # "simplification" of Eq. 3 leaves out the division by $\mu$ inside the exponential,
 # $\mu \log \sum_i e^{\lambda_i f_i}$. For objectives in $[0, 1]$, $e^{v} \approx 1 + v$,
-# so this is almost LS in disguise: it loses the middle of the front and fails claims 1
-# and 2. The tests break the method in other ways too (a soft-*min* instead of a soft-max
-# fails claims 2 and 4; a hard argmax in place of the softmax, i.e. TCH, fails claim 3; an
-# "LS" baseline that secretly sums *squared* objectives reaches the concave part and fails
-# the LS half of claim 1) and check that each broken variant fails its claim.
+# so this is almost LS in disguise: it loses the middle of the front and fails the
+# distinct-solutions and both hypervolume claims on the concave front. The tests break the
+# method in other ways too and check that each broken variant fails its claim: a hard
+# argmax in place of the softmax (that is, TCH) fails the constant-step claim; a soft-*min*
+# instead of a soft-max fails the two multi-task claims and the bound of Eq. 6; an "LS"
+# that secretly sums *squared* objectives reaches the concave part and fails the LS check.
 
 # %%
 def stch_missing_temperature(f, lam, mu, z=0.0):
@@ -845,17 +1058,19 @@ print(f"STCH without 1/mu: {broken['distinct']} distinct solutions, HV {broken['
 # %% [markdown]
 # ## Explore
 #
-# Pick a preference $\lambda = (w, 1-w)$, a temperature, a method, the optimizer and its
-# learning rate, the number of steps and the problem. The left panel shows the front, the
-# path of the solution in objective space from the start (grey dot) to where it lands
-# (red), the preference ray and the exact TCH point (circle). Then the TCH gap along the
-# way, and the weight on $f_1$ (the softmax $\pi_1$ of Eq. 4 for STCH, the active
-# objective for TCH, $\lambda_1$ for LS). For STCH the star marks the exact minimiser of
-# Eq. 3 on the front at the current $\mu$: slide $\mu$ up and watch it leave the TCH point
-# (the circle) for an endpoint, the slide from TCH to LS.
-# Things to try: LS on the concave front at any $w$; TCH with a large learning rate;
-# STCH at $\mu = 0.001$ with SGD and lr 0.5 (too sharp for the step: it oscillates like
-# TCH); $\mu = 1$ on the concave front (LS again); everything on the convex front.
+# The temperature $\mu$ is the knob the paper is about. Pick it, a preference
+# $\lambda = (w, 1-w)$, a method, the update rule and its learning rate, the number of
+# steps and the problem. The left panel shows the front, the path of the solution in
+# objective space from the start (grey dot) to where it lands, in the method's colour
+# (blue LS, orange TCH, green STCH), the preference ray and the exact TCH point (circle).
+# Then the TCH gap along the way, and the weight on $f_1$ (the softmax $\pi_1$ of Eq. 4
+# for STCH, the active objective for TCH, $\lambda_1$ for LS). For STCH the purple star
+# marks the exact minimiser of Eq. 3 on the front at the current $\mu$: slide $\mu$ up
+# and watch it leave the TCH point (the circle) for an endpoint, the slide from TCH to LS.
+# Things to try: LS on the concave front at any $w$; TCH with Adam at a large learning
+# rate, then with the `subgradient` rule; STCH at $\mu = 0.001$ with gradient descent
+# (`gd`) and lr 0.5 (too sharp for the step: it oscillates like TCH); $\mu = 1$ on the
+# concave front (LS again); everything on the convex front.
 
 # %%
 import ipywidgets as W
@@ -881,8 +1096,8 @@ def update(w, mu_w, method, opt_name, lr_w, steps, problem):
     fig, axes = plt.subplots(1, 3, figsize=(9, 3.0), layout="none")  # fixed layout: faster
     fig.subplots_adjust(left=0.06, right=0.98, bottom=0.16, top=0.9, wspace=0.3)
     draw_front(axes[0], front_pts, F[-1:], lam_np[None], f"{method} on the {problem} front",
-               front(np.array([t_star]))[None, 0], label="final point")
-    axes[0].plot(F[:, 0], F[:, 1], color="C0", lw=0.8, zorder=2)
+               front(np.array([t_star]))[None, 0], label="final point", color=COLOURS[method])
+    axes[0].plot(F[:, 0], F[:, 1], color=COLOURS[method], lw=0.8, zorder=2)
     axes[0].scatter(F[0, 0], F[0, 1], color="0.5", s=14, zorder=3)
     if method == "STCH":  # where the exact STCH minimiser for this mu sits on the front
         t_mu = stch_argmin_on_front(front, lam_np, [mu_w], np.linspace(-1, 1, 801))[0]
@@ -894,7 +1109,7 @@ def update(w, mu_w, method, opt_name, lr_w, steps, problem):
     axes[1].plot(np.log10(gap), lw=0.9)  # log10 on a linear axis: log axes redraw slowly
     axes[1].set(xlabel="step", ylabel="log10", title=f"TCH gap (final {gap[-1]:.2g})",
                 ylim=(-8.2, 0.5))
-    axes[2].plot(weight, lw=0.8, color="C2")
+    axes[2].plot(weight, lw=0.8, color=COLOURS[method])
     axes[2].set(xlabel="step", title="weight on $f_1$", ylim=(-0.05, 1.05))
     plt.show()
 
@@ -903,7 +1118,8 @@ controls = dict(
     w=W.FloatSlider(value=0.3, min=0.02, max=0.98, step=0.02, description="w = lambda_1"),
     mu_w=W.FloatLogSlider(value=mu, base=10, min=-3, max=0, step=0.25, description="mu"),
     method=W.Dropdown(options=["STCH", "TCH", "LS"], value="STCH", description="method"),
-    opt_name=W.Dropdown(options=["adam", "sgd"], value=optimizer, description="optimizer"),
+    opt_name=W.Dropdown(options=["adam", "gd", "subgradient"], value=optimizer,
+                        description="update rule"),
     lr_w=W.FloatLogSlider(value=lr, base=10, min=-3, max=np.log10(0.5), step=0.25,
                           description="lr"),
     steps=W.IntSlider(value=min(300, cfg.widget_steps_max), min=10, max=cfg.widget_steps_max,
@@ -918,35 +1134,37 @@ icmlbook.explore(update, controls, run=run)
 # | | paper | this book |
 # |---|---|---|
 # | method | STCH, Eq. 9 of the paper (our Eq. 3); TCH and LS as baselines | all three from scratch, with the exact TCH solution as ground truth |
-# | non-convex fronts | STCH finds all Pareto solutions for small enough $\mu$; LS cannot | concave front in $d = 10$: LS 2 distinct of 11, STCH 11 of 11, HV about 2× LS's, 92% of the whole front's (claim 1) |
-# | approximation | bias of order $\mu \log m$ | measured TCH gap below $\mu \log 2$ at $\mu \in \{0.01, 0.05, 0.2\}$ (claim 2); the jump of the STCH minimiser at $\mu^*$ on one preference |
-# | convergence | faster than the TCH subgradient method (rates in the paper) | worst final TCH gap at most half of TCH's at equal Adam settings (claim 3); we measure, we do not prove rates |
-# | cost | one backward pass, like LS; much cheaper than adaptive gradient methods | counted (1 vs. $m$ backward passes) and timed against MGDA for 2 to 8 tasks: MGDA's step was about 2× STCH's at $m = 2$ and 5× at $m = 8$ in our runs (not asserted: timings are noisy) |
-# | multi-task | NYUv2, Office-31/Home, QM9 against MGDA, PCGrad, CAGrad, Nash-MTL and others | a synthetic 3-task regression with a narrow shared bottleneck, against LS, TCH and MGDA (claim 4) |
+# | non-convex fronts | STCH finds all Pareto solutions for small enough $\mu$; LS cannot | concave front in $d = 10$: STCH at least 10 (`C_DISTINCT`) distinct solutions of 11 and at least 1.8 (`C_HV_VS_LS`) times LS's hypervolume; LS's two endpoints are a check (closed form); STCH's hypervolume at least 0.98 (`C_HV_VS_SUB`) of the tuned subgradient method's |
+# | approximation | bias of order $\mu \log m$ | a check: TCH gap at most $\mu \log 2$ + 0.005 (`C_BOUND_SLACK`) at $\mu \in \{0.01, 0.05, 0.2\}$; the jump of the STCH minimiser at $\mu^*$ on one preference |
+# | convergence | gradient methods on STCH converge faster than the subgradient method on TCH (rates in the paper) | at the same constant Adam step STCH's worst gap is at most 0.5 (`C_SMOOTH`) of TCH's (ablation claim); against the classic subgradient method (diminishing normalised steps, step size tuned over 13 values) STCH is **not** faster here: the subgradient method ends about as close to the TCH optimum, on most seeds closer (reported, not claimed); we measure, we do not prove rates |
+# | cost | one backward pass, like LS; much cheaper than adaptive gradient methods | a check: one backward pass per step for 8 tasks; timed against MGDA for 2 to 8 tasks (printed, not asserted: timings are noisy) |
+# | multi-task | NYUv2, Office-31/Home, QM9: STCH reported on par with or better than adaptive methods (MGDA, PCGrad, CAGrad, Nash-MTL and others) at lower cost; we did not retrieve the tables, so we compare with the claim, not its numbers | a synthetic 3-task regression with a narrow shared bottleneck; against MGDA only, each method at its best of two Adam learning rates and averaged over restarts: hypervolume at least 0.9 (`C_MTL_HV`) times MGDA's, worst task at most 0.8 (`C_MTL_WORST`) of MGDA's, at one backward pass per step instead of three |
 # | Pareto set learning | hypernetwork from $\lambda$ to $x$ on synthetic and engineering problems | not done (see exercise 3) |
 #
-# **Honest notes.**
+# **Notes.**
 # - *Which STCH.* We implement the paper's formula (Eq. 3) everywhere. The authors'
 #   multi-task code is a stateful variant (a warm-up on $\sum \log \ell_i$, normalisation
 #   by the losses at the end of the warm-up, log-losses, $\mu = 1$); our multi-task
-#   section normalises by the initial losses instead.
-# - *Claim 3 depends on the optimizer.* With Adam at lr 0.05 the TCH subgradient method
-#   keeps oscillating at an amplitude set by the learning rate, and STCH's advantage is
-#   large (ratio 0.09–0.20 over seeds 0–4). With plain SGD at lr 0.05 the subgradient
-#   method oscillates much less (SGD's steps shrink with the gradients, whose norm is below
-#   1 here; Adam's steps are about lr whatever the gradient), and the ratio was only
-#   0.43–0.73 over seeds 0–4 (printed above for this seed): STCH is still better, but not
-#   by the factor 2 of claim 3. The claim is therefore stated for Adam, the optimizer of
-#   the authors' code. Try both in the widget. And a too
-#   small $\mu$ for the step size ($\mu = 0.003$ in the sweep) brings the oscillation
-#   back: the smoothness constant grows like $1/\mu$.
-# - *The gap of claim 2* combines the bias of Eq. 6 with the optimizer's error; the
-#   allowance of 0.005 covers the latter. At $\mu = 0.003$ the optimizer's error dominates
-#   and we do not include it in the claim.
-# - *Claim 4* is about the trade-off STCH is designed to pick (the worst task), on
-#   training losses of a small synthetic problem; it is not a statement about
-#   generalisation or about the paper's benchmarks. We did not retrieve the paper's
-#   tables, so we compare with its claims, not its numbers.
+#   section normalises by the initial losses instead, with $\mu = 0.1$.
+# - *The convergence claim depends on the step rule.* With a constant step (Adam or
+#   gradient descent) TCH keeps oscillating at an amplitude set by the learning rate, and
+#   STCH's advantage is large. The classic subgradient method shrinks its step and, tuned,
+#   reaches the TCH point itself, below STCH's own bias; the paper's faster rate is a
+#   worst-case statement for convex problems, and this small smooth problem is far from
+#   the worst case. The authors' Pareto-set code compares TCH and STCH with the same Adam
+#   and learning rate, as our ablation claim does. A too small $\mu$ for the step size
+#   ($\mu = 0.003$ in the sweep) brings the oscillation back: the smoothness constant grows
+#   like $1/\mu$.
+# - *The gap of the Eq. 6 check* combines the bias of Eq. 6 with the optimizer's error; the
+#   allowance `C_BOUND_SLACK` covers the latter. At $\mu = 0.003$ the optimizer's error
+#   dominates and we do not include it.
+# - *The multi-task claims* are about training losses of a small synthetic problem, not
+#   generalisation or the paper's benchmarks, and MGDA is the only adaptive method we
+#   implemented. STCH's worst task against LS's is printed but not claimed: it is what
+#   STCH optimises, and LS comes close on this problem. The hypervolume threshold, first
+#   set at the paper's "matches" (within 10 % of MGDA), was raised to 1.1 after trial runs
+#   on seeds 0-6 and put back at 0.9 when seed 13 gave 1.03: STCH's hypervolume lead over
+#   MGDA is large on most seeds but not on all; its lead on the worst task is steadier.
 
 # %% [markdown]
 # ## Exercises
