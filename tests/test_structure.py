@@ -275,3 +275,17 @@ def test_reproduction_report_is_current_and_listed_after_the_intro():
     toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
     first = toc["parts"][0]["chapters"][0]["file"]
     assert first == "book/reproduction", "the report must come right after the intro"
+
+
+@pytest.mark.parametrize("ch", CHAPTERS, ids=[c.stem for c in CHAPTERS])
+def test_light_scan_reads_the_cells_as_jupytext_does(ch):
+    """Tags, code and the code hash come from a light scan of the .py (no jupytext
+    import): it must see exactly the cells, kinds, tags and code jupytext sees."""
+    from icmlbook.chapters import percent_cells
+
+    light = percent_cells(ch.py.read_text(encoding="utf-8"))
+    full = ch.notebook.cells
+    assert [k for k, _, _ in light] == [c.cell_type for c in full]
+    assert [t for _, t, _ in light] == [c.metadata.get("tags", []) for c in full]
+    assert [s for k, _, s in light if k == "code"] == \
+        [c.source.strip() for c in full if c.cell_type == "code"]
