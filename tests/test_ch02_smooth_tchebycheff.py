@@ -105,6 +105,7 @@ def test_batched_solve_equals_separate_solves():
             assert torch.allclose(batch[:, i], one, atol=1e-12)
 
 
+@pytest.mark.slow
 def test_adam_rule_equals_torch_adam():
     x0 = ch.starting_points(1, 1)[0]
     ours = ch.solve(ch.concave_objectives, PREFS, x0, "STCH", 0.01, "adam", 0.05, 30)[-1]
@@ -162,6 +163,7 @@ def test_front_is_the_image_of_the_pareto_set(problem):
 
 
 @pytest.mark.parametrize("mu", [0.01, 0.05, 0.2])
+@pytest.mark.slow
 def test_stch_symmetric_converges_to_the_middle(mu):
     # lambda = (1/2, 1/2): the exact TCH solution is x = 0; STCH with mu <= 0.2 must get there
     x0 = ch.starting_points(0, 5, n_prefs=1)
@@ -286,6 +288,7 @@ def hv_subgradient(seed, steps=300, n_starts=3):
 
 
 @pytest.mark.parametrize("seed", range(3))
+@pytest.mark.slow
 def test_concave_claims_hold(seed):
     ls, tch, stch = (concave_run(seed, m) for m in ("LS", "TCH", "STCH"))
     assert stch["distinct"] >= ch.C_DISTINCT and stch["hv"] >= ch.C_HV_VS_LS * ls["hv"]
@@ -296,6 +299,7 @@ def test_concave_claims_hold(seed):
         assert concave_run(seed, "STCH", mu)["max_gap"] - mu * math.log(2) <= ch.C_BOUND_SLACK
 
 
+@pytest.mark.slow
 def test_coverage_claims_fail_without_the_temperature():
     # STCH without the division by mu (the chapter's broken example) is LS in disguise
     ls, broken = concave_run(0, "LS"), concave_run(0, "STCH", scalarizer=ch.scalarize_broken)
@@ -314,6 +318,7 @@ def test_ls_check_fails_for_a_nonlinear_ls():
     assert concave_run(0, "LS", scalarizer=squared_ls)["distinct"] > ch.C_LS_DISTINCT
 
 
+@pytest.mark.slow
 def test_bound_check_fails_for_broken_variants():
     for stch in (soft_min, ch.stch_missing_temperature):
         excess = max(concave_run(0, "STCH", mu, scalarizer=plugged(stch))["max_gap"]
@@ -321,6 +326,7 @@ def test_bound_check_fails_for_broken_variants():
         assert excess > ch.C_BOUND_SLACK
 
 
+@pytest.mark.slow
 def test_constant_step_claim_fails_without_smoothing():
     tch = concave_run(0, "TCH")
     # a hard argmax in place of the softmax is the subgradient method: no gain
@@ -339,6 +345,7 @@ def mtl_scores(seed, method, scalarizer=None):
     return worst.mean(axis=1).min(), hv.mean(axis=1).max()
 
 
+@pytest.mark.slow
 def test_mtl_claims_hold_and_fail_for_soft_min():
     stch, mgda = mtl_scores(0, "STCH"), mtl_scores(0, "MGDA")
     assert stch[0] <= ch.C_MTL_WORST * mgda[0] and stch[1] >= ch.C_MTL_HV * mgda[1]
