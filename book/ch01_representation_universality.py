@@ -759,7 +759,9 @@ plt.show()
 # same-label pairs (00, 11) and (01, 10) collapse: the representation has become the
 # XOR structure itself. At large gain the trained matrix is the initial one: the
 # network solved XOR by changing its readout, not its representation. Eq. 6 reproduces
-# both outcomes pair by pair.
+# both patterns pair by pair (the correlations printed above), but on the shared colour
+# scale its rich distances are too large: its rate ratio comes from an isolated pair,
+# and in one XOR network the pairs pull on each other.
 
 # %% [markdown]
 # ## Claims
@@ -862,9 +864,10 @@ across = icmlbook.across_seeds(run)
 # A claim check is only worth something if a wrong implementation fails it. The classic
 # slip is the sign convention of Eq. 1: with $w' = y + \Delta y^*\!\cdot\Delta\hat y$
 # the same ODE is fed a different coupling variable and no pair of rates can fit it.
-# The tests break the chapter in other ways too (a wrong term in Eq. 3, a conserved
-# quantity with the wrong sign, a frozen encoder on XOR, a large gain under a
-# mean-field output scale) and check that each broken variant fails its claim.
+# The tests break the chapter once for each paper claim and check that the broken
+# version fails it: a chapter whose Eq. 3 had $w$ for $3w$ (the specificity claim), Eq. 6
+# with the rate ratio inverted (both endpoint claims), an XOR network whose hidden
+# layers are frozen (rich) and an initialisation that ignores the large gain (lazy).
 
 # %%
 t, (h, y, w) = two_point["leaky_relu"]["t"], two_point["leaky_relu"]["hyw"]
@@ -887,8 +890,9 @@ print(f"leaky ReLU, right sign convention: R^2 {fit_rates(t, h, y, w, 1.0, dy2)[
 # Deep in the rich regime (small gain: a slow escape from near-zero weights, then a
 # sudden jump) constant effective rates describe the network less well: the rates
 # themselves grow as the weights do. There $C$ is close to zero (that is what rich
-# means, $a \approx 0$ in Eq. 6), so $C$ can double or more while moving by a few per
-# cent of its two terms; the panel's title gives that drift. And Eq. 6 predicts the XOR
+# means, $a \approx 0$ in Eq. 6), so $C$ can grow several-fold while moving by only a
+# fraction of its two terms; the panel's title gives that drift, and it is largest where
+# the two-point fit is worst, as at the default view. And Eq. 6 predicts the XOR
 # matrix well at the two ends and poorly in between: it treats the six pairs as
 # independent, with rates from an isolated pair (here from the fast moment fit), while
 # at intermediate gains the pairs of one network pull on each other's representations.
