@@ -1,4 +1,6 @@
 """Chapter 01: the effective theory's closed forms and invariants, and claims that fail when broken."""
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -184,7 +186,7 @@ def test_encoder_terms_are_not_identified_by_one_dimensional_outputs():
 def test_prose_quotes_the_thresholds_it_uses():
     import re
 
-    text = open(ch.__file__, encoding="utf-8").read()
+    text = Path(ch.__file__).read_text(encoding="utf-8")
     quoted = re.findall(r"`(C_[A-Z_]+) = ([0-9.eE+-]+)`", text)
     assert quoted, "the claims and the table name their thresholds"
     for name, value in quoted:
