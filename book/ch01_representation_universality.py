@@ -595,7 +595,7 @@ mean_err |= {f: np.mean([rows[a]["curve_err"][f] for a in archs])
 print("mean relative endpoint error over the networks: "
       + ", ".join(f"{m} {e:.3f}" for m, e in mean_err.items()))
 
-# %%
+# %% tags=["hide-input"]
 fig, axes = plt.subplots(3, len(two_point), figsize=(1.6 * len(two_point) + 1, 4.6),
                          sharex="col", squeeze=False)
 for j, (name, rec) in enumerate(two_point.items()):
@@ -733,7 +733,7 @@ for regime, r in xor.items():
           f"{r['corr_target']:.3f}, corr(final, initial) {r['corr_init']:.3f}, relative change "
           f"{r['change']:.3f}, corr(final, Eq. 6) {r['corr_theory']:.3f}")
 
-# %%
+# %% tags=["hide-input"]
 def draw_matrices(axes, mats, titles):
     """Distance matrices (not squared) side by side on one colour scale, with a colour bar."""
     mats = [np.sqrt(np.maximum(M, 0)) for M in mats]
@@ -902,7 +902,7 @@ print(f"leaky ReLU, right sign convention: R^2 {fit_rates(t, h, y, w, 1.0, dy2)[
 # independent, with rates from an isolated pair (here from the fast moment fit), while
 # at intermediate gains the pairs of one network pull on each other's representations.
 
-# %%
+# %% tags=["hide-input"]
 import ipywidgets as W
 
 WIDGET_ACTS = ("leaky_relu", "relu", "tanh", "silu")

@@ -477,7 +477,7 @@ for name, r in results.items():
     print(f"{name:<14} {r['distinct']:>14d} {r['hv']:>7.4f} {r['max_gap']:>12.4f}")
 print(f"{'whole front':<14} {'':>14} {hv_true:>7.4f}")
 
-# %%
+# %% tags=["hide-input"]
 def draw_front(ax, front_pts, F, lam_np, title, f_exact=None, label="solutions", color="C2"):
     """The front, the solutions F (P, 2) and the preference rays lam_1 f_1 = lam_2 f_2."""
     ax.plot(front_pts[:, 0], front_pts[:, 1], color="0.6", lw=1.2, zorder=1)
@@ -590,7 +590,7 @@ hv_sub = min(hypervolume_2d(F) for F in sub_F)  # worst start, as in summarise()
 print(f"best TCH (any rule) {best_tch:.4f}; best STCH {best_stch:.4f}; "
       f"classic subgradient / best STCH: {sub_best / best_stch:.2f}")
 
-# %%
+# %% tags=["hide-input"]
 fig, ax = plt.subplots(figsize=(5, 3))
 for (m_, rule), gaps in tuned.items():
     ax.loglog(lr_grid, np.maximum(gaps, 1e-6), color=COLOURS[m_], ls=RULE_STYLES[rule], lw=1.2,
@@ -862,7 +862,7 @@ step_ratio = step_ms["MGDA"] / step_ms["STCH"]
 print(f"measured step-time ratio MGDA / STCH: {step_ratio:.2f} ({len(MTL_LRS) * R} networks of "
       f"3 tasks per step; machine load matters)")
 
-# %%
+# %% tags=["hide-input"]
 fig, axes = plt.subplots(1, 2, figsize=(8, 2.8))
 for k, (hist, _, _) in mtl.items():
     axes[0].semilogy(hist.max(axis=1), color=COLOURS[k], lw=1, label=k)
@@ -1072,7 +1072,7 @@ print(f"STCH without 1/mu: {broken['distinct']} distinct solutions, HV {broken['
 # (`gd`) and lr 0.5 (too sharp for the step: it oscillates like TCH); $\mu = 1$ on the
 # concave front (LS again); everything on the convex front.
 
-# %%
+# %% tags=["hide-input"]
 import ipywidgets as W
 
 widget_x0 = x0[0, 0]  # the first starting point of this seed
