@@ -224,6 +224,7 @@ def xor_run(gain, steps=2000, freeze_hidden=False, width=128, depth=6):
     return ch.sq_dists(H0), ch.sq_dists(HT), np.stack([H0, HT])
 
 
+@pytest.mark.slow
 def test_rich_claims_and_a_frozen_encoder():
     Dx = ch.sq_dists(ch.XOR_X)
     Dy = ch.sq_dists(np.where(ch.XOR_LABELS == 1, 0.5, -0.5)[:, None])
@@ -236,6 +237,7 @@ def test_rich_claims_and_a_frozen_encoder():
     assert ch.offdiag_corr(DT, np.sqrt(Dx * Dy)) < 0.95
 
 
+@pytest.mark.slow
 def test_lazy_claims_and_a_gain_that_is_not_applied():
     D0, DT, H = xor_run(2.0)
     change = np.linalg.norm(H[-1] - H[0]) / np.linalg.norm(H[0])
