@@ -511,7 +511,7 @@ for k, name in enumerate(cfg.archs):
 # overlay the ODE (dashed) on the measured $(h, y, w)$ (solid). Then the out-of-sample
 # test: fit again on the **early window only** (until $y$ first reaches `fit_until`
 # $\times\, d_y$), and predict the final distance with Eq. 6 from $h_0$, $y_0$ and the
-# early $r = \eta_h/\eta_y$. Two ablations of the theory bracket it: the lazy guess
+# early $r = \eta_h/\eta_y$. Two simpler predictions bracket it, our baselines: the lazy guess
 # $h_\infty = h_0$ (no representation learning) and the rich guess $h_\infty =
 # \sqrt{r\, d_x d_y}$ (Eq. 6 without the memory of the initialisation, $C = 0$).
 
@@ -621,10 +621,10 @@ plt.show()
 # The conserved quantity (5), computed with the fitted rates, barely drifts over the
 # whole run (column "C drift", relative to its largest value). The early fit has seen
 # only a fraction of training (column "window"), yet Eq. 6 predicts the final distance
-# several times better than either limit of the theory, and usually better than the
-# best generic curve fitted to the same window (the mean errors printed under the
-# table), though on some seeds the curve $a + b\sqrt{y}$, which has the shape of the
-# rich limit, comes close.
+# several times better than either limit of the theory. Against the best generic curve
+# fitted to the same window (the mean errors printed under the table) it is not
+# reliably better: on some seeds the curve $a + b\sqrt{y}$, which has the shape of the
+# rich limit, does as well or better.
 
 # %% [markdown]
 # ## Experiment 2: is the theory specific?
@@ -782,11 +782,11 @@ plt.show()
 #   error of Eq. 6 is at most `C_VS_LIMITS = 0.5` times that of the better of the lazy
 #   ($h_0$) and the rich ($\sqrt{r d_x d_y}$) limit applied to all networks. (Per
 #   network the test is unfair: a network that starts near a limit is described by it.)
-# - **As good as generic extrapolation.** The same mean error is at most
-#   `C_VS_CURVES = 1.25` times that of the best generic curve family, chosen in
-#   hindsight. This bar was 0.75 at first; seed 3 missed it, and a trial of seeds 3-19
-#   put the ratio anywhere between a fifth and one, so the claim now says what holds:
-#   the theory is never clearly worse than the best curve, and usually better.
+# - **Against generic extrapolation: reported, not claimed.** We registered that the
+#   same mean error is at most 0.75 times that of the best of three curves fitted to the
+#   same early window (chosen in hindsight); one of seeds 0-9 missed it, and the ratio
+#   varies widely from seed to seed, so the theory is not reliably better than plain
+#   curve fitting at our scale. The ratio is printed below and recorded, not claimed.
 # - **Rich aligns, lazy stays.** At gain 0.5 the mean distance between same-label XOR
 #   representations is at most `C_RICH = 0.4` times that between different-label ones (it
 #   starts near 1.3); at gain 2.0 the trained distance matrix correlates with the
@@ -801,7 +801,6 @@ plt.show()
 # %% tags=["thresholds"]
 C_SPECIFIC = 0.5  # R^2 lost by the 3w -> w ODE, every network; measured >= 0.71 (seed 0), the bar leaves room
 C_VS_LIMITS = 0.5  # mean Eq. 6 error / better limit's; measured 0.06 on seed 0, 0.5 = "at least twice as good"
-C_VS_CURVES = 1.25  # mean Eq. 6 error / best curve's; first 0.75 (seeds 0-2: 0.42-0.51), seed 3 gave 0.85, seeds 3-19 0.18-0.99
 C_RICH = 0.4  # same/diff distance ratio at gain 0.5 (starts near 1.3); measured 0.10 on seed 0
 C_LAZY = 0.95  # corr(final, initial XOR distance matrix) at gain 2.0; measured 0.999 on seed 0
 C_R2 = 0.93  # smallest R^2 of Eq. 3 over networks and variables; measured >= 0.957 on seeds 0-4
@@ -818,12 +817,12 @@ run.claim("R^2 margin over the wrong decoder term (min)",
 run.claim("endpoint error / better limit's (mean)",
           mean_err["Eq. 6"] / min(mean_err["lazy limit"], mean_err["rich limit"]), "<=",
           C_VS_LIMITS, "the conserved quantity's endpoint beats both limits of the theory",
-          versus="ablation", against="the lazy limit h_0 and the rich limit sqrt(r dx dy)")
-run.claim("endpoint error / best generic curve's (mean)",
-          mean_err["Eq. 6"] / mean_err[curve_best], "<=", C_VS_CURVES,
-          "from the same early window, the theory predicts the final distance at least "
-          "about as well as the best of three fitted curves", versus="baseline",
-          against="the best of three curves fitted to the same window, chosen in hindsight")
+          versus="baseline", against="the better of the lazy limit h_0 and the rich limit "
+          "sqrt(r dx dy), the simpler predictions of the final distance")
+vs_curve = mean_err["Eq. 6"] / mean_err[curve_best]
+run.metric("endpoint_error_vs_best_curve", vs_curve)
+print(f"reported, not claimed: mean endpoint error of Eq. 6 / best generic curve's "
+      f"({curve_best}) = {vs_curve:.3f}")
 run.claim("rich: same/diff distance ratio", xor["rich"]["same_diff"][1], "<=", C_RICH,
           "at small initial gain, same-label representations align", versus="ablation",
           against="the same network at gain 2.0 (next claim)")
@@ -971,7 +970,7 @@ icmlbook.explore(update, controls, run=run)
 # | theory | Eq. 3 for any smooth encoder/decoder, two effective rates | Eq. 3 from scratch, derived through an aligned decoder (Eq. 2, our reconstruction) |
 # | conserved quantity, final distance | yes (the XOR predictions use it) | Eq. 5 and Eq. 6; drift at most `C_DRIFT = 0.06` on every network (check), closed form checked in the tests |
 # | two-point networks | 20 hidden layers x 500, leaky ReLU, ReLU, tanh, ELU, Swish, linear, ResNet, CNN, dropout, Adam | 6 x 128 MLPs (leaky ReLU, ReLU, tanh, SiLU) and a residual MLP; $R^2 \ge$ `C_R2` on every variable (check) |
-# | out-of-sample | fits of the effective rates across depth and layers | rates fitted on an early window predict the final distance within `C_ENDPOINT = 0.15` (check), at most `C_VS_LIMITS = 0.5` times the error of the theory's lazy and rich limits and `C_VS_CURVES = 1.25` times that of the best generic curve (paper claims) |
+# | out-of-sample | fits of the effective rates across depth and layers | rates fitted on an early window predict the final distance within `C_ENDPOINT = 0.15` (check), at most `C_VS_LIMITS = 0.5` times the error of the theory's lazy and rich limits (paper claim); against the best generic curve, reported, not claimed |
 # | specificity | alternative ODEs fit worse (the authors' code) | a wrong decoder term loses at least `C_SPECIFIC = 0.5` of $R^2$ (paper claim); wrong *encoder* terms fit as well, even on Eq. 3's exact solution: with one-dimensional outputs the fit cannot test them |
 # | rich vs lazy | XOR at gains 0.85, 1.25, 2.0 with ReLU | XOR at gains 0.5 and 2.0 with leaky ReLU: same/diff ratio at most `C_RICH = 0.4`, correlation with the initial matrix at least `C_LAZY = 0.95` (paper claims), movement at most `C_LAZY_MOVE = 0.2` (check) |
 #

