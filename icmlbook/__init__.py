@@ -31,6 +31,8 @@ _EXPORTS = {
     "progress": "progressbar",
     "explore": "widgets",
     "use_style": "plot",
+    "method_styles": "plot",
+    "log_axis": "plot",
     "read_record": "record",
     "MLP": "nn",
     "sweep": "sweep",

@@ -81,11 +81,16 @@ class Chapter:
 
     @property
     def code_hash(self) -> str:
-        """A hash of the chapter's code cells: it changes with the code, not the prose.
+        """A hash of what the chapter's code cells do: it changes with the code, not
+        with the prose, the comments or the layout.
 
-        Results files are stamped with it; a results file whose stamp differs from
-        the chapter's current hash is stale."""
-        code = [source for kind, _, source in self._light_cells if kind == "code"]
+        Each code cell is hashed through its syntax tree (:func:`code_fingerprint`), so
+        re-wrapping a line or reformatting a cell keeps the hash, and a formatter is
+        shown to have changed nothing when the hash stays. Results files are stamped
+        with it; a results file whose stamp differs from the chapter's current hash is
+        stale."""
+        code = [code_fingerprint(source) for kind, _, source in self._light_cells
+                if kind == "code"]
         return hashlib.sha256("\n# <cell>\n".join(code).encode("utf-8")).hexdigest()[:16]
 
     @property
@@ -109,6 +114,28 @@ class Chapter:
 
 
 _HEADER = re.compile(r"^# %%(?P<md> \[markdown\])?(?:\s+tags=(?P<tags>\[[^\]]*\]))?")
+
+
+def code_fingerprint(source: str) -> str:
+    """The syntax tree of a code cell as text: the same for the same program whatever
+    its comments, line breaks, quotes or spacing, and the same across Python versions
+    (fields that are empty or None are left out, as newer versions of ``ast.dump`` do).
+    A cell that does not parse as Python (a notebook magic) is taken as written."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return source
+
+    def canon(node: Any) -> str:
+        if isinstance(node, ast.AST):
+            fields = [f"{name}={canon(value)}" for name in node._fields
+                      if (value := getattr(node, name, None)) is not None and value != []]
+            return f"{type(node).__name__}({','.join(fields)})"
+        if isinstance(node, list):
+            return "[" + ",".join(canon(v) for v in node) + "]"
+        return repr(node)
+
+    return canon(tree)
 
 
 def percent_cells(text: str) -> list[tuple[str, list[str], str]]:

@@ -351,6 +351,50 @@ def test_use_style_sets_modest_dpi():
 
     icmlbook.use_style(dpi=70)
     assert mpl.rcParams["figure.dpi"] == 70 and mpl.rcParams["savefig.dpi"] == 70
+    icmlbook.use_style()
+    assert mpl.rcParams["figure.dpi"] == 100
+
+
+def test_method_styles_fixed_and_distinct():
+    from icmlbook import plot
+
+    names = [f"m{i}" for i in range(10)]
+    styles = icmlbook.method_styles(*names)
+    assert list(styles) == names and styles["m0"]["label"] == "m0"
+    pairs = {(s["color"], s["linestyle"]) for s in styles.values()}
+    assert len(pairs) == 10  # no two methods look the same
+    assert [styles[n]["color"] for n in names[:7]] == plot.PALETTE
+    # the same method keeps its style however many methods follow it
+    assert icmlbook.method_styles("a", "b")["b"] == {**icmlbook.method_styles("a", "b", "c")["b"]}
+    assert plot.colour_name(styles["m1"]) == "red" and plot.colour_name("#edae49") == "amber"
+    with pytest.raises(ValueError, match="named twice: a"):
+        icmlbook.method_styles("a", "b", "a")
+    with pytest.raises(ValueError, match="not a palette colour"):
+        plot.colour_name("orange")
+
+
+@pytest.mark.parametrize("lo, hi", [(0.3, 0.9), (0.05, 2.0), (1e-6, 1.0), (2.0, 3.0)])
+def test_log_axis_labels_do_not_overlap(lo, hi):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    icmlbook.use_style()
+    fig, ax = plt.subplots(figsize=(3, 2.5))
+    ax.plot([0, 1], [lo, hi])
+    icmlbook.log_axis(ax, "y")
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    boxes = [t.get_window_extent(renderer) for t in ax.get_yticklabels()
+             if t.get_text() and t.get_visible()
+             and lo * 0.999 <= t.get_position()[1] <= hi * 1.001]
+    assert boxes, "at least one labelled tick in range"
+    for a, b in zip(boxes, boxes[1:]):
+        assert not a.overlaps(b)
+    plt.close(fig)
+    with pytest.raises(ValueError, match="axis must be"):
+        icmlbook.log_axis(ax, "z")
 
 
 def test_mlp_shapes():
@@ -424,3 +468,13 @@ def test_bench_report_flags_over_budget():
     assert bench._over({**row, "seconds": 10.0, "committed_mb": 2.0})
     lines = bench._markdown([row, {**row, "seconds": 10.0}])
     assert lines[-2].endswith("| no |") and lines[-1].endswith("| yes |")
+
+
+def test_code_fingerprint_ignores_layout_not_code():
+    fp = chapters.code_fingerprint
+    a = "x = f(1, 2)  # Eq. 3\ny = 'ab'"
+    assert fp(a) == fp("# Eq. 3\nx = f(\n    1,\n    2,\n)\ny = ('a'\n     \"b\")")
+    assert fp(a) != fp("x = f(1, 3)\ny = 'ab'")
+    assert fp(a) != fp("x = f(1, 2)\ny = 'abc'")
+    assert fp("%matplotlib inline") == "%matplotlib inline"  # not Python: as written
+    assert "type_params" not in fp("def g():\n    pass")  # same text on every Python

@@ -1,6 +1,8 @@
 """Structure of the book: table of contents, pairs in sync, committed notebooks clean."""
 import json
 import re
+import subprocess
+import sys
 import tomllib
 from pathlib import Path
 
@@ -84,6 +86,24 @@ def test_parameters_and_validation_cells(ch):
 def test_kernelspec(ch):
     for nb in (jupytext.read(ch.py), nbformat.read(ch.ipynb, as_version=4)):
         assert nb.metadata.get("kernelspec", {}).get("name") == "python3"
+
+
+# The HTML book's code column holds about 88 characters at 1280 px; book/ruff.toml
+# sets that limit for the chapters' code cells. Chapters still to be laid out to it
+# (issue 21); the list only shrinks.
+PENDING_LAYOUT = {"01", "02", "03", "04", "05", "06", "07", "08", "09", "10", "14",
+                  "15", "16", "19"}
+
+
+@pytest.mark.parametrize("ch", CHAPTERS, ids=IDS)
+def test_code_lines_fit_the_html_code_column(ch):
+    if ch.number in PENDING_LAYOUT:
+        pytest.skip(f"chapter {ch.number} is still to be laid out to 88 columns (issue 21)")
+    ruff = Path(sys.executable).with_name("ruff")
+    out = subprocess.run([str(ruff if ruff.exists() else "ruff"), "check", "--select", "E501",
+                          "--output-format", "concise", "--no-cache", str(ch.ipynb)],
+                         cwd=ROOT, capture_output=True, text=True)
+    assert out.returncode == 0, out.stdout + out.stderr
 
 
 @pytest.mark.parametrize("ch", CHAPTERS, ids=IDS)
