@@ -118,13 +118,18 @@ _HEADER = re.compile(r"^# %%(?P<md> \[markdown\])?(?:\s+tags=(?P<tags>\[[^\]]*\]
 
 def code_fingerprint(source: str) -> str:
     """The syntax tree of a code cell as text: the same for the same program whatever
-    its comments, line breaks, quotes or spacing, and the same across Python versions
-    (fields that are empty or None are left out, as newer versions of ``ast.dump`` do).
+    its comments, docstrings, line breaks, quotes or spacing, and the same across Python
+    versions (fields that are empty or None are left out, as newer ``ast.dump`` does).
     A cell that does not parse as Python (a notebook magic) is taken as written."""
     try:
         tree = ast.parse(source)
     except SyntaxError:
         return source
+    for node in ast.walk(tree):  # docstrings and other bare strings are prose
+        if isinstance(getattr(node, "body", None), list):
+            node.body = [s for s in node.body if not (
+                isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant)
+                and isinstance(s.value.value, str))] or [ast.Pass()]
 
     def canon(node: Any) -> str:
         if isinstance(node, ast.AST):

@@ -478,3 +478,10 @@ def test_code_fingerprint_ignores_layout_not_code():
     assert fp(a) != fp("x = f(1, 2)\ny = 'abc'")
     assert fp("%matplotlib inline") == "%matplotlib inline"  # not Python: as written
     assert "type_params" not in fp("def g():\n    pass")  # same text on every Python
+
+
+def test_code_fingerprint_ignores_docstrings():
+    fp = chapters.code_fingerprint
+    assert fp('def f():\n    """One line."""\n    return 1') == fp(
+        'def f():\n    """Two\n    lines."""\n    return 1')
+    assert fp('def f():\n    """Doc."""') == fp("def f():\n    pass")
