@@ -59,8 +59,10 @@
 # %% tags=["parameters"]
 tier = "default"  # smoke | default | full: size of the experiment
 seed = 0  # drives every random number in the chapter (starting points, data, networks)
-mu = 0.01  # STCH smoothing temperature of the showcase (the claims also sweep other values)
-optimizer = "adam"  # adam | gd | subgradient: the update rule shared by LS, TCH and STCH
+# STCH smoothing temperature of the showcase (the claims also sweep other values)
+mu = 0.01
+# adam | gd | subgradient: the update rule shared by LS, TCH and STCH
+optimizer = "adam"
 lr = 0.05  # learning rate shared by LS, TCH and STCH on the concave problem
 
 # %% tags=["validate"]
@@ -95,20 +97,36 @@ run = icmlbook.start("02_smooth_tchebycheff", tier=tier, seed=seed,
                      params=dict(mu=mu, optimizer=optimizer, lr=lr))
 icmlbook.use_style()
 cfg = run.pick(
-    smoke=dict(n_starts=1, steps=100, lr_stride=4, mtl_steps=20, mtl_restarts=1, cost_steps=4,
-               widget_steps_max=100),
-    default=dict(n_starts=3, steps=300, lr_stride=1, mtl_steps=300, mtl_restarts=3,
-                 cost_steps=30, widget_steps_max=500),
+    smoke=dict(
+        n_starts=1,
+        steps=100,
+        lr_stride=4,
+        mtl_steps=20,
+        mtl_restarts=1,
+        cost_steps=4,
+        widget_steps_max=100,
+    ),
+    default=dict(
+        n_starts=3,
+        steps=300,
+        lr_stride=1,
+        mtl_steps=300,
+        mtl_restarts=3,
+        cost_steps=30,
+        widget_steps_max=500,
+    ),
 )  # full: nothing here needs more than the default tier, so full falls back to it
 DIM = 10  # dimension of the decision vector x
 N_PREFS = 11  # number of preference vectors
-PREF_W = np.linspace(0.02, 0.98, N_PREFS)  # lambda = (w, 1 - w): interior of the simplex
+# lambda = (w, 1 - w): interior of the simplex
+PREF_W = np.linspace(0.02, 0.98, N_PREFS)
 MUS = (0.003, 0.01, 0.05, 0.2, 1.0)  # the temperatures of the mu sweep
 BOUND_MUS = (0.01, 0.05, 0.2)  # temperatures at which a check tests the mu log m bound
 REF_POINT = 1.1  # hypervolume reference point (both objectives lie in [0, 1])
 DISTINCT_TOL = 0.02  # two solutions are "the same" if their objectives differ by less
 COLOURS = {"LS": "C0", "TCH": "C1", "STCH": "C2", "MGDA": "C3"}  # one colour per method
-RULE_STYLES = {"gd": "--", "subgradient": ":", "adam": "-"}  # one line style per update rule
+# one line style per update rule
+RULE_STYLES = {"gd": "--", "subgradient": ":", "adam": "-"}
 preferences = torch.tensor(np.stack([PREF_W, 1 - PREF_W], axis=1))  # (P, 2)
 print(f"tier {tier}: {cfg.n_starts} starting point(s) x {N_PREFS} preferences, "
       f"{cfg.steps} steps of {optimizer} (lr {lr}); multi-task: {cfg.mtl_steps} steps")
@@ -238,17 +256,28 @@ ones = torch.ones(3, dtype=torch.float64)
 sandwich_err = 0.0  # the largest violation of Eq. 5 on either side
 for m_check in (0.001, 0.1, 10.0):
     s, t_max = stch_scalarization(v, ones, m_check), v.max(-1).values
-    below, above = (t_max - s).max().item(), (s - t_max - m_check * math.log(3)).max().item()
+    below, above = (
+        (t_max - s).max().item(),
+        (s - t_max - m_check * math.log(3)).max().item(),
+    )
     sandwich_err = max(sandwich_err, below, above, 0.0)
     print(f"mu = {m_check:<6g}: max <= STCH holds: {below <= 1e-12}, "
           f"STCH - max <= mu log 3 holds: {above <= 1e-12}")
 
 x_check = torch.randn(4, generator=check_gen, dtype=torch.float64, requires_grad=True)
 lam_check = torch.tensor([0.2, 0.5, 0.3], dtype=torch.float64)
-f_check = torch.stack([(x_check ** 2).sum(), (x_check - 1).abs().sum(), torch.sin(x_check).sum()])
-grads = torch.stack([torch.autograd.grad(fi, x_check, retain_graph=True)[0] for fi in f_check])
-by_eq4 = (stch_weights(f_check, lam_check, 0.1)[:, None] * lam_check[:, None] * grads).sum(0)
-by_autograd = torch.autograd.grad(stch_scalarization(f_check, lam_check, 0.1), x_check)[0]
+f_check = torch.stack(
+    [(x_check**2).sum(), (x_check - 1).abs().sum(), torch.sin(x_check).sum()]
+)
+grads = torch.stack(
+    [torch.autograd.grad(fi, x_check, retain_graph=True)[0] for fi in f_check]
+)
+by_eq4 = (
+    stch_weights(f_check, lam_check, 0.1)[:, None] * lam_check[:, None] * grads
+).sum(0)
+by_autograd = torch.autograd.grad(stch_scalarization(f_check, lam_check, 0.1), x_check)[
+    0
+]
 grad_err = (by_autograd - by_eq4).abs().max().item()
 print(f"autograd gradient of Eq. 3 equals Eq. 4: {grad_err < 1e-12}")
 
@@ -276,7 +305,8 @@ ADAM_BETAS, ADAM_EPS = (0.9, 0.999), 1e-8  # PyTorch's defaults
 
 
 def apply_rule(rule, x, g, state, lr, t):
-    """One step of 'gd', 'subgradient' or 'adam' on x (in place); lr broadcasts against x."""
+    """One step of 'gd', 'subgradient' or 'adam' on x (in place); lr broadcasts against
+    x."""
     if rule == "gd":
         x -= lr * g
     elif rule == "subgradient":  # normalised, diminishing step
@@ -298,9 +328,20 @@ def apply_rule(rule, x, g, state, lr, t):
 # rules act row by row, so this is exactly that many separate runs done at once.
 
 # %%
-def solve(objectives, lam, x0, method, mu=0.01, optimizer="adam", lr=0.05, steps=300, z=0.0,
-          scalarizer=scalarize):
-    """Minimise scalarizer(method, objectives(x), lam, mu, z) from x0; returns the trajectory.
+def solve(
+    objectives,
+    lam,
+    x0,
+    method,
+    mu=0.01,
+    optimizer="adam",
+    lr=0.05,
+    steps=300,
+    z=0.0,
+    scalarizer=scalarize,
+):
+    """Minimise scalarizer(method, objectives(x), lam, mu, z) from x0; returns the
+    trajectory.
 
     x0 has shape (..., d), lam (..., m) and lr (a number or a tensor) broadcast to it;
     every leading index is an independent problem. Returns x at every step, shape
@@ -370,7 +411,8 @@ PROBLEMS = {"concave": (concave_objectives, concave_front),
 
 
 def tch_optimum(front, lam, iters=80):
-    """Exact TCH solution on the Pareto set x = t u by bisection on lam_1 f_1 = lam_2 f_2.
+    """Exact TCH solution on the Pareto set x = t u by bisection on lam_1 f_1 = lam_2
+    f_2.
 
     Returns (t*, min g^TCH). Needs lam_1, lam_2 > 0 (f_1 falls and f_2 rises in t)."""
     lo, hi = -1.0, 1.0
@@ -403,7 +445,8 @@ def tch_gap(f, lam, g_star):
 
 # %%
 def hypervolume_2d(F, ref=REF_POINT):
-    """Area dominated by the points F (n, 2) and bounded by (ref, ref) (minimisation)."""
+    """Area dominated by the points F (n, 2) and bounded by (ref, ref) (minimisation).
+    """
     F = np.asarray(F, dtype=float).reshape(-1, 2)
     F = F[(F < ref).all(axis=1)]
     F = F[np.argsort(F[:, 0], kind="stable")]
@@ -416,7 +459,8 @@ def hypervolume_2d(F, ref=REF_POINT):
 
 
 def count_distinct(F, tol=DISTINCT_TOL):
-    """Number of solutions whose objectives differ (max-norm) by at least tol from all others."""
+    """Number of solutions whose objectives differ (max-norm) by at least tol from all
+    others."""
     reps = []
     for f in np.asarray(F, dtype=float).reshape(-1, 2):
         if all(np.abs(f - r).max() >= tol for r in reps):
@@ -439,20 +483,33 @@ print(f"hypervolume of the whole concave front (4001 points): {hv_true:.4f}")
 
 # %%
 def starting_points(seed_, n_starts, n_prefs=N_PREFS, d=DIM):
-    """n_starts points x0 ~ 0.3 N(0, I), each shared by all preferences: shape (S, P, d)."""
+    """n_starts points x0 ~ 0.3 N(0, I), each shared by all preferences: shape (S, P,
+    d)."""
     gen = torch.Generator().manual_seed(seed_)
     x0_ = 0.3 * torch.randn(n_starts, 1, d, generator=gen, dtype=torch.float64)
     return x0_.expand(n_starts, n_prefs, d)
 
 
 def objective_history(x0_, lam, method, mu_, opt, lr_, steps, scalarizer=scalarize):
-    """Solve every (start, preference) on the concave problem; objectives per step (T, S, P, 2)."""
-    traj = solve(concave_objectives, lam, x0_, method, mu_, opt, lr_, steps, scalarizer=scalarizer)
+    """Solve every (start, preference) on the concave problem; objectives per step (T,
+    S, P, 2)."""
+    traj = solve(
+        concave_objectives,
+        lam,
+        x0_,
+        method,
+        mu_,
+        opt,
+        lr_,
+        steps,
+        scalarizer=scalarizer,
+    )
     return concave_objectives(traj).numpy()
 
 
 def summarise(F_final, lam, g_star_):
-    """Worst case over starting points (F_final is (S, P, 2)) of: distinct solutions, HV and
+    """Worst case over starting points (F_final is (S, P, 2)) of: distinct solutions,
+    HV and
     the max TCH gap over preferences."""
     return dict(distinct=min(count_distinct(F) for F in F_final),
                 hv=min(hypervolume_2d(F) for F in F_final),
@@ -467,7 +524,8 @@ setting = dict(opt=optimizer, lr_=lr, steps=cfg.steps)  # shared by every method
 
 t0 = time.perf_counter()
 F_hist = {name: objective_history(x0, preferences, method, mu, **setting)
-          for name, method in [("LS", "LS"), ("TCH", "TCH"), (f"STCH mu={mu:g}", "STCH")]}
+          for name, method in [("LS", "LS"), ("TCH", "TCH"), (f"STCH "
+                                                              f"mu={mu:g}", "STCH")]}
 print(f"3 methods x {cfg.n_starts * N_PREFS} problems x {cfg.steps} steps in "
       f"{time.perf_counter() - t0:.1f} s")
 
@@ -478,19 +536,37 @@ for name, r in results.items():
 print(f"{'whole front':<14} {'':>14} {hv_true:>7.4f}")
 
 # %% tags=["hide-input"]
-def draw_front(ax, front_pts, F, lam_np, title, f_exact=None, label="solutions", color="C2"):
-    """The front, the solutions F (P, 2) and the preference rays lam_1 f_1 = lam_2 f_2."""
+def draw_front(
+    ax, front_pts, F, lam_np, title, f_exact=None, label="solutions", color="C2"
+):
+    """The front, the solutions F (P, 2) and the preference rays lam_1 f_1 = lam_2
+    f_2."""
     ax.plot(front_pts[:, 0], front_pts[:, 1], color="0.6", lw=1.2, zorder=1)
     s = np.linspace(0, 1.05, 2)
-    for lam_ in lam_np:  # the ray f = s (1/lam_1, 1/lam_2) / |.|: where TCH's solution lies
+    # the ray f = s (1/lam_1, 1/lam_2) / |.|: where TCH's solution lies
+    for lam_ in lam_np:
         d = np.array([1 / lam_[0], 1 / lam_[1]])
         d = d / np.abs(d).max()
         ax.plot(s * d[0], s * d[1], color="0.85", lw=0.7, zorder=0)
     if f_exact is not None:
-        ax.scatter(f_exact[:, 0], f_exact[:, 1], s=40, facecolors="none", edgecolors="k",
-                   lw=0.8, zorder=2, label="exact TCH")
+        ax.scatter(
+            f_exact[:, 0],
+            f_exact[:, 1],
+            s=40,
+            facecolors="none",
+            edgecolors="k",
+            lw=0.8,
+            zorder=2,
+            label="exact TCH",
+        )
     ax.scatter(F[:, 0], F[:, 1], s=16, color=color, zorder=3, label=label)
-    ax.set(xlim=(-0.03, 1.03), ylim=(-0.03, 1.03), xlabel="$f_1$", title=title, aspect="equal")
+    ax.set(
+        xlim=(-0.03, 1.03),
+        ylim=(-0.03, 1.03),
+        xlabel="$f_1$",
+        title=title,
+        aspect="equal",
+    )
 
 
 fig, axes = plt.subplots(1, 3, figsize=(8.4, 3.0), sharey=True)
@@ -529,7 +605,9 @@ pi_stch = stch_weights(torch.tensor(F_hist[f"STCH mu={mu:g}"][:, 0, mid]),
 
 fig, axes = plt.subplots(1, 2, figsize=(8, 2.8))
 for i, (name, g) in enumerate(gap_curves.items()):
-    axes[0].semilogy(np.maximum(g, 1e-6), color=COLOURS[name.split()[0]], label=name, lw=1)
+    axes[0].semilogy(
+        np.maximum(g, 1e-6), color=COLOURS[name.split()[0]], label=name, lw=1
+    )
 axes[0].axhline(mu * math.log(2), color="k", ls=":", lw=1, label=r"$\mu \log 2$")
 axes[0].set(xlabel="step", ylabel="max TCH gap over preferences", ylim=(1e-4, 1))
 axes[0].legend()
@@ -540,7 +618,8 @@ axes[1].set(xlabel="step", ylabel="weight on $f_1$", ylim=(-0.05, 1.05),
 axes[1].legend(loc="center right", frameon=True, framealpha=0.9)
 plt.show()
 switches = int(np.abs(np.diff(pi_tch[len(pi_tch) // 2:])).sum())
-print(f"TCH switched its active objective {switches} times in the last half of the run; "
+print(f"TCH switched its active objective {switches} times in the last half of the "
+      f"run; "
       f"STCH's pi_1 ended at {pi_stch[-1]:.3f}")
 
 # %% [markdown]
@@ -559,24 +638,32 @@ print(f"TCH switched its active objective {switches} times in the last half of t
 # final gap over the grid. STCH keeps its temperature `mu`.
 
 # %%
-LR_GRID = np.logspace(-2.5, 0.5, 13)  # learning rates tried for every (method, rule) pair
+# learning rates tried for every (method, rule) pair
+LR_GRID = np.logspace(-2.5, 0.5, 13)
 RULES = ("gd", "subgradient", "adam")
 
 
 def tuned_gaps(x0_, lam, g_star_, method, mu_, rule, steps, lrs=LR_GRID):
-    """Worst final TCH gap (over starts and preferences) at each learning rate in lrs, and
+    """Worst final TCH gap (over starts and preferences) at each learning rate in lrs,
+    and
     the final objectives, shape (lrs, starts, preferences, 2)."""
     lr_t = torch.tensor(lrs, dtype=torch.float64).view(-1, 1, 1, 1)
-    F = concave_objectives(solve(concave_objectives, lam, x0_, method, mu_, rule, lr_t, steps)[-1])
+    F = concave_objectives(
+        solve(concave_objectives, lam, x0_, method, mu_, rule, lr_t, steps)[-1]
+    )
     F = F.numpy()
     return tch_gap(F, np.asarray(lam), g_star_).reshape(len(lrs), -1).max(axis=1), F
 
 
 lr_grid = LR_GRID[::cfg.lr_stride]  # the smoke tier tries every fourth
-tuned_runs = {(m_, rule): tuned_gaps(x0, preferences, g_star, m_, mu, rule, cfg.steps, lr_grid)
-              for m_ in ("TCH", "STCH") for rule in RULES}
+tuned_runs = {
+    (m_, rule): tuned_gaps(x0, preferences, g_star, m_, mu, rule, cfg.steps, lr_grid)
+    for m_ in ("TCH", "STCH")
+    for rule in RULES
+}
 tuned = {k: gaps for k, (gaps, _) in tuned_runs.items()}
-print(f"worst final TCH gap after {cfg.steps} steps, best learning rate of {len(lr_grid)}")
+print(f"worst final TCH gap after {cfg.steps} steps, best learning rate of "
+      f"{len(lr_grid)}")
 print(f"{'rule':<12} {'TCH':>8} {'(lr)':>7} {f'STCH mu={mu:g}':>13} {'(lr)':>7}")
 for rule in RULES:
     t_, s_ = tuned[("TCH", rule)], tuned[("STCH", rule)]
@@ -593,8 +680,16 @@ print(f"best TCH (any rule) {best_tch:.4f}; best STCH {best_stch:.4f}; "
 # %% tags=["hide-input"]
 fig, ax = plt.subplots(figsize=(5, 3))
 for (m_, rule), gaps in tuned.items():
-    ax.loglog(lr_grid, np.maximum(gaps, 1e-6), color=COLOURS[m_], ls=RULE_STYLES[rule], lw=1.2,
-              marker="o", ms=2.5, label=f"{m_}, {rule}")
+    ax.loglog(
+        lr_grid,
+        np.maximum(gaps, 1e-6),
+        color=COLOURS[m_],
+        ls=RULE_STYLES[rule],
+        lw=1.2,
+        marker="o",
+        ms=2.5,
+        label=f"{m_}, {rule}",
+    )
 ax.axhline(mu * math.log(2), color="k", ls=":", lw=1, label=r"$\mu \log 2$")
 ax.set(xlabel=r"learning rate $\eta$", ylabel="worst final TCH gap", ylim=(1e-4, 1.5))
 ax.legend(ncol=2, fontsize=7)
@@ -630,7 +725,8 @@ for m_ in icmlbook.progress(sweep_mus, desc="mu sweep"):
                      curve=tch_gap(F, preferences.numpy(), g_star).max(axis=(1, 2)))
 print(f"{'mu':>6} {'distinct':>8} {'HV':>7} {'max gap':>8} {'mu log 2':>9}")
 for m_, r in sweep.items():
-    print(f"{m_:>6g} {r['distinct']:>8d} {r['hv']:>7.4f} {r['max_gap']:>8.4f} {m_ * math.log(2):>9.4f}")
+    print(f"{m_:>6g} {r['distinct']:>8d} {r['hv']:>7.4f} {r['max_gap']:>8.4f} "
+          f"{m_ * math.log(2):>9.4f}")
 
 # %% [markdown]
 # Where does the STCH minimiser sit on the front as $\mu$ grows? STCH is a strictly
@@ -646,7 +742,8 @@ def stch_argmin_on_front(front, lam, mus, ts):
     """For each mu, the t in ts minimising Eq. 3 on the Pareto set (grid search)."""
     F = torch.tensor(front(ts))  # (T, 2)
     lam_t = torch.as_tensor(lam, dtype=torch.float64)
-    vals = torch.stack([stch_scalarization(F, lam_t, float(m_)) for m_ in mus])  # (M, T)
+    # (M, T)
+    vals = torch.stack([stch_scalarization(F, lam_t, float(m_)) for m_ in mus])
     return np.asarray(ts)[vals.argmin(dim=1).numpy()]
 
 
@@ -657,7 +754,8 @@ argmins = {lam: stch_argmin_on_front(concave_front, lam, mu_grid, t_grid)
 mu_jump = float(mu_grid[np.argmax(np.abs(argmins[(0.5, 0.5)]) > 0.05)])
 print(f"lambda = (0.5, 0.5): minimiser at t = 0 for every mu below {mu_jump:.3g}; "
       f"at mu = 1 it is t = {argmins[(0.5, 0.5)][np.searchsorted(mu_grid, 1.0)]:+.2f}")
-print(f"lambda = (0.3, 0.7): exact TCH t* = {tch_optimum(concave_front, (0.3, 0.7))[0]:+.3f}; "
+print(f"lambda = (0.3, 0.7): exact TCH t* = "
+      f"{tch_optimum(concave_front, (0.3, 0.7))[0]:+.3f}; "
       f"STCH minimiser at mu = 0.001: {argmins[(0.3, 0.7)][0]:+.3f}, "
       f"mu = 0.2: {argmins[(0.3, 0.7)][np.searchsorted(mu_grid, 0.2)]:+.3f}")
 
@@ -670,7 +768,9 @@ axes[0].set(xlabel="step", ylabel="max TCH gap", ylim=(1e-4, 1))
 axes[0].legend(ncol=2)
 for i, (lam, tt) in enumerate(argmins.items()):
     axes[1].semilogx(mu_grid, tt, color=("0.15", "0.6")[i], label=f"$\\lambda$ = {lam}")
-    axes[1].axhline(tch_optimum(concave_front, lam)[0], color=("0.15", "0.6")[i], ls=":", lw=1)
+    axes[1].axhline(
+        tch_optimum(concave_front, lam)[0], color=("0.15", "0.6")[i], ls=":", lw=1
+    )
 axes[1].set(xlabel=r"$\mu$", ylabel="STCH minimiser $t$ on the front",
             title="dotted: exact TCH solution")
 axes[1].legend()
@@ -723,20 +823,25 @@ def stacked_linear(n_in, n_out, *lead, gen=None):
     """Weights and biases of independent Linear layers stacked along the leading axes,
     drawn like PyTorch's nn.Linear (uniform in +-1/sqrt(n_in))."""
     bound = 1 / math.sqrt(n_in)
-    draw = lambda *shape: nn.Parameter((2 * torch.rand(*shape, generator=gen) - 1) * bound)
+    draw = lambda *shape: nn.Parameter(
+        (2 * torch.rand(*shape, generator=gen) - 1) * bound
+    )
     return [draw(*lead, n_in, n_out), draw(*lead, 1, n_out)]
 
 
 class MultiTaskNets(nn.Module):
-    """k independent networks, each a shared trunk with a narrow bottleneck and one small
+    """k independent networks, each a shared trunk with a narrow bottleneck and one
+    small
     head per task, stacked along a leading axis so that they train in one batch."""
 
     def __init__(self, k, d_in, width=64, bottleneck=2, tasks=MTL_TASKS, gen=None):
         super().__init__()
         self.trunk = nn.ParameterList(stacked_linear(d_in, width, k, gen=gen)
                                       + stacked_linear(width, bottleneck, k, gen=gen))
-        self.heads = nn.ParameterList(stacked_linear(bottleneck, width, k, tasks, gen=gen)
-                                      + stacked_linear(width, 1, k, tasks, gen=gen))
+        self.heads = nn.ParameterList(
+            stacked_linear(bottleneck, width, k, tasks, gen=gen)
+            + stacked_linear(width, 1, k, tasks, gen=gen)
+        )
 
     def forward(self, x):
         """x (n, d) -> predictions (k, n, tasks)."""
@@ -753,17 +858,21 @@ def task_losses(net, X, Y):
 
 
 def min_norm_weights(G, iters=50):
-    """Eq. 8: Frank-Wolfe for argmin over the simplex of |sum_i alpha_i G_i|^2, with G of
+    """Eq. 8: Frank-Wolfe for argmin over the simplex of |sum_i alpha_i G_i|^2, with G
+    of
     shape (..., m, p): every leading index is its own problem, solved side by side."""
-    M = (G @ G.transpose(-1, -2)).double().numpy()  # (..., m, m): NumPy is fast at this size
+    # (..., m, m): NumPy is fast at this size
+    M = (G @ G.transpose(-1, -2)).double().numpy()
     alpha = np.full(M.shape[:-1], 1.0 / M.shape[-1])
     for _ in range(iters):
         M_alpha = (M @ alpha[..., None])[..., 0]
         d = -alpha.copy()
         np.put_along_axis(d, M_alpha.argmin(-1)[..., None], 1 - np.take_along_axis(
-            alpha, M_alpha.argmin(-1)[..., None], -1), -1)  # direction towards vertex e_j
+            # direction towards vertex e_j
+            alpha, M_alpha.argmin(-1)[..., None], -1), -1)
         curv = (d * (M @ d[..., None])[..., 0]).sum(-1)
-        gamma = np.clip(-(d * M_alpha).sum(-1) / np.maximum(curv, 1e-20), 0.0, 1.0)  # line search
+        # line search
+        gamma = np.clip(-(d * M_alpha).sum(-1) / np.maximum(curv, 1e-20), 0.0, 1.0)
         alpha = alpha + np.where(curv > 1e-20, gamma, 0.0)[..., None] * d
     return torch.as_tensor(alpha, dtype=G.dtype)
 
@@ -773,7 +882,8 @@ def mgda_grads(net, losses):
     min-norm combination (Eq. 8) of the tasks' trunk gradients, network by network."""
     n_trunk, params = len(net.trunk), list(net.trunk) + list(net.heads)
     per_task = [torch.autograd.grad(losses[:, i].sum(), params, retain_graph=True)
-                for i in range(losses.shape[1])]  # m backward passes (all k networks at once)
+                # m backward passes (all k networks at once)
+                for i in range(losses.shape[1])]
     k = losses.shape[0]
     G = torch.stack([torch.cat([g.reshape(k, -1) for g in gr[:n_trunk]], dim=1)
                      for gr in per_task], dim=1)  # (k, m, trunk parameters)
@@ -790,7 +900,8 @@ def mgda_grads(net, losses):
 
 def train_mtl(method, X, Y, steps, seed_, lrs=(3e-3,), restarts=1, mu_=MTL_MU,
               scalarizer=scalarize):
-    """Train len(lrs) x restarts networks with LS / TCH / STCH / MGDA on normalised losses,
+    """Train len(lrs) x restarts networks with LS / TCH / STCH / MGDA on normalised
+    losses,
     in one batch, with Adam (apply_rule) at each network's learning rate.
 
     Returns the normalised losses per step (steps + 1, networks, tasks), with networks
@@ -839,27 +950,38 @@ MTL_LRS = (3e-3, 1e-2)  # Adam learning rates every multi-task method is tried w
 
 
 def mtl_scores(final):
-    """Worst task and hypervolume (reference point 1) of final normalised losses (..., m)."""
+    """Worst task and hypervolume (reference point 1) of final normalised losses (...,
+    m)."""
     return final.max(axis=-1), np.prod(np.clip(1 - final, 0, None), axis=-1)
 
 
 X_mtl, Y_mtl = make_mtl_data(MTL_N, 8, torch.Generator().manual_seed(seed))
 R = cfg.mtl_restarts
-mtl_runs = {m_: train_mtl(m_, X_mtl, Y_mtl, cfg.mtl_steps, seed, MTL_LRS, R)
-            for m_ in icmlbook.progress(["LS", "TCH", "STCH", "MGDA"], desc="multi-task")}
+mtl_runs = {
+    m_: train_mtl(m_, X_mtl, Y_mtl, cfg.mtl_steps, seed, MTL_LRS, R)
+    for m_ in icmlbook.progress(["LS", "TCH", "STCH", "MGDA"], desc="multi-task")
+}
 mtl_worst, mtl_hv = {}, {}
 for m_, (hist, _, _) in mtl_runs.items():
     worst, hv = mtl_scores(hist[-1].reshape(len(MTL_LRS), R, -1))  # (lrs, restarts)
-    mtl_worst[m_] = float(worst.mean(axis=1).min())  # mean over restarts, best lr for each
+    # mean over restarts, best lr for each
+    mtl_worst[m_] = float(worst.mean(axis=1).min())
     mtl_hv[m_] = float(hv.mean(axis=1).max())
-mtl = {m_: (hist[:, 0], secs, passes) for m_, (hist, secs, passes) in mtl_runs.items()}  # figure
-step_ms = {k: 1e3 * float(np.median(v[1][5:] if len(v[1]) > 10 else v[1])) for k, v in mtl.items()}
+# figure
+mtl = {m_: (hist[:, 0], secs, passes) for m_, (hist, secs, passes) in mtl_runs.items()}
+step_ms = {
+    k: 1e3 * float(np.median(v[1][5:] if len(v[1]) > 10 else v[1]))
+    for k, v in mtl.items()
+}
 print(f"{'method':<6} {'backward/step':>13} {'ms/step':>8} {'worst task':>11} {'HV':>7}"
-      f"   (mean of {cfg.mtl_restarts} restarts, best of {len(MTL_LRS)} learning rates)")
+      f"   (mean of {cfg.mtl_restarts} restarts, best of {len(MTL_LRS)} learning "
+      f"rates)")
 for k, (hist, _, passes) in mtl.items():
-    print(f"{k:<6} {passes:>13d} {step_ms[k]:>8.2f} {mtl_worst[k]:>11.3f} {mtl_hv[k]:>7.3f}")
+    print(f"{k:<6} {passes:>13d} {step_ms[k]:>8.2f} {mtl_worst[k]:>11.3f} "
+          f"{mtl_hv[k]:>7.3f}")
 step_ratio = step_ms["MGDA"] / step_ms["STCH"]
-print(f"measured step-time ratio MGDA / STCH: {step_ratio:.2f} ({len(MTL_LRS) * R} networks of "
+print(f"measured step-time ratio MGDA / STCH: {step_ratio:.2f} ({len(MTL_LRS) * R} "
+      f"networks of "
       f"3 tasks per step; machine load matters)")
 
 # %% tags=["hide-input"]
@@ -872,7 +994,8 @@ xs = np.arange(MTL_TASKS)
 for i, (k, (hist, _, _)) in enumerate(mtl.items()):
     axes[1].bar(xs + (i - 1.5) * 0.2, hist[-1], width=0.2, color=COLOURS[k], label=k)
 axes[1].set(xticks=xs, xticklabels=[f"task {i + 1}" for i in xs],
-            ylabel="final normalised loss", title=f"after {cfg.mtl_steps} steps, lr {MTL_LRS[0]:g}")
+            ylabel="final normalised "
+                   "loss", title=f"after {cfg.mtl_steps} steps, lr {MTL_LRS[0]:g}")
 plt.show()
 
 # %% [markdown]
@@ -913,14 +1036,21 @@ fig, ax = plt.subplots(figsize=(4.2, 2.6))
 for i, (method, rows) in enumerate(cost.items()):
     ax.plot(TASK_COUNTS, [ms for ms, _ in rows], "o-", color=COLOURS[method],
             label=f"{method} ({', '.join(str(p) for _, p in rows)} backward passes)")
-ax.set(xlabel="number of tasks $m$", ylabel="ms per step", xticks=TASK_COUNTS, ylim=(0, None))
+ax.set(xlabel="number of tasks "
+              "$m$", ylabel="ms per step", xticks=TASK_COUNTS, ylim=(0, None))
 ax.legend()
 plt.show()
 for k, (a, b) in zip(TASK_COUNTS, zip(cost["STCH"], cost["MGDA"])):
-    print(f"m = {k}: STCH {a[0]:.2f} ms, MGDA {b[0]:.2f} ms per step, ratio {b[0] / a[0]:.2f}")
-run.metric("ms_per_step_vs_tasks", {f"{method} m={k}": round(ms, 3) for method, rows in cost.items()
-                                    for k, (ms, _) in zip(TASK_COUNTS, rows)});
-
+    print(f"m = {k}: STCH {a[0]:.2f} ms, MGDA {b[0]:.2f} ms per step, ratio "
+          f"{b[0] / a[0]:.2f}")
+run.metric(
+    "ms_per_step_vs_tasks",
+    {
+        f"{method} m={k}": round(ms, 3)
+        for method, rows in cost.items()
+        for k, (ms, _) in zip(TASK_COUNTS, rows)
+    },
+)
 # %% [markdown]
 # ## Claims
 #
@@ -939,51 +1069,72 @@ run.metric("ms_per_step_vs_tasks", {f"{method} m={k}": round(ms, 3) for method, 
 
 # %% tags=["thresholds"]
 C_DISTINCT = 10  # distinct STCH solutions of 11 preferences; 11 on trial seeds 0-4
-C_HV_VS_LS = 1.8  # HV of STCH / LS on the concave front; about 2.0 on trial seeds 0-4 (LS: 2 endpoints)
-C_HV_VS_SUB = 0.98  # HV of STCH / tuned classic subgradient TCH; 1.002 on seed 0 (both near exact)
-C_SMOOTH = 0.5  # worst gap STCH / TCH at the same Adam step; 0.09-0.20 on trial seeds 0-4
-C_MTL_HV = 0.9  # multi-task HV of STCH / MGDA, each at its best lr: "matches"; 1.03-2.21 on seeds 0-16
-C_MTL_WORST = 0.8  # multi-task worst task of STCH / MGDA, each at its best lr; 0.26-0.54 on seeds 0-6
-C_LS_DISTINCT = 3  # LS on a concave front lands on the two endpoints (closed form); 1 to spare
-C_BOUND_SLACK = 0.005  # TCH gap - mu log 2 at mu in BOUND_MUS: Eq. 6 plus the optimizer's error
+# HV of STCH / LS on the concave front; about 2.0 on trial seeds 0-4 (LS: 2 endpoints)
+C_HV_VS_LS = 1.8
+# HV of STCH / tuned classic subgradient TCH; 1.002 on seed 0 (both near exact)
+C_HV_VS_SUB = 0.98
+# worst gap STCH / TCH at the same Adam step; 0.09-0.20 on trial seeds 0-4
+C_SMOOTH = 0.5
+# multi-task HV of STCH / MGDA, each at its best lr: "matches"; 1.03-2.21 on seeds 0-16
+C_MTL_HV = 0.9
+# multi-task worst task of STCH / MGDA, each at its best lr; 0.26-0.54 on seeds 0-6
+C_MTL_WORST = 0.8
+# LS on a concave front lands on the two endpoints (closed form); 1 to spare
+C_LS_DISTINCT = 3
+# TCH gap - mu log 2 at mu in BOUND_MUS: Eq. 6 plus the optimizer's error
+C_BOUND_SLACK = 0.005
 C_ROUNDING = 1e-10  # float64 rounding of the identities Eq. 4 and Eq. 5
 C_ONE_PASS = 1  # backward passes per STCH step with 8 tasks (fixed by Eq. 4)
 
 # %%
 ls_r, stch_r, tch_r = results["LS"], results[f"STCH mu={mu:g}"], results["TCH"]
 run.claim("STCH distinct solutions (of 11)", stch_r["distinct"], ">=", C_DISTINCT,
-          "STCH finds a distinct Pareto solution for (almost) every preference, the concave "
+          "STCH finds a distinct Pareto solution for (almost) every preference, the "
+          "concave "
           "middle of the front included", versus="baseline",
           against="LS with the same update rule, learning rate and steps")
 run.claim("HV ratio STCH / LS", stch_r["hv"] / ls_r["hv"], ">=", C_HV_VS_LS,
           "STCH's solutions cover far more of the concave front than LS's",
-          versus="baseline", against="LS with the same update rule, learning rate and steps")
-run.claim("HV ratio STCH / tuned subgradient TCH", stch_r["hv"] / hv_sub, ">=", C_HV_VS_SUB,
-          "STCH covers the front as well as TCH solved by the classic subgradient method "
+          versus="baseline", against="LS with the same update rule, learning rate and "
+                                     "steps")
+run.claim("HV ratio STCH / tuned subgradient "
+          "TCH", stch_r["hv"] / hv_sub, ">=", C_HV_VS_SUB,
+          "STCH covers the front as well as TCH solved by the classic subgradient "
+          "method "
           "with its best step size", versus="baseline",
           against="TCH, classic subgradient method, step size tuned over LR_GRID")
-run.claim("same constant step: worst gap STCH / TCH", stch_r["max_gap"] / tch_r["max_gap"], "<=",
-          C_SMOOTH, "at the same constant-step optimizer (Adam), learning rate and steps, the "
+run.claim("same constant step: worst gap STCH / "
+          "TCH", stch_r["max_gap"] / tch_r["max_gap"], "<=",
+          C_SMOOTH, "at the same constant-step optimizer (Adam), learning rate and "
+                    "steps, the "
           "smooth surrogate gets much closer to the TCH optimum than TCH itself",
-          versus="ablation", against="TCH: the same Adam, learning rate and steps, no smoothing")
-run.claim("MTL hypervolume STCH / MGDA", mtl_hv["STCH"] / mtl_hv["MGDA"], ">=", C_MTL_HV,
-          "on a shared network STCH's final losses dominate at least about as much as MGDA's, "
+          versus="ablation", against="TCH: the same Adam, learning rate and steps, no "
+                                     "smoothing")
+run.claim("MTL hypervolume STCH / "
+          "MGDA", mtl_hv["STCH"] / mtl_hv["MGDA"], ">=", C_MTL_HV,
+          "on a shared network STCH's final losses dominate at least about as much as "
+          "MGDA's, "
           "at one backward pass per step instead of m", versus="baseline",
           against="MGDA, best of MTL_LRS, mean of the restarts")
-run.claim("MTL worst task STCH / MGDA", mtl_worst["STCH"] / mtl_worst["MGDA"], "<=", C_MTL_WORST,
+run.claim("MTL worst task STCH / "
+          "MGDA", mtl_worst["STCH"] / mtl_worst["MGDA"], "<=", C_MTL_WORST,
           "STCH's worst task ends clearly below MGDA's", versus="baseline",
           against="MGDA, best of MTL_LRS, mean of the restarts")
 
 excess = max(sweep[m_]["max_gap"] - m_ * math.log(2) for m_ in BOUND_MUS)
 run.check("LS distinct solutions (of 11)", ls_r["distinct"], "<=", C_LS_DISTINCT,
-          "on a concave front LS's minimisers are the endpoints, whatever the preference")
-run.check("max(TCH gap - mu log 2), mu in {0.01, 0.05, 0.2}", excess, "<=", C_BOUND_SLACK,
+          "on a concave front LS's minimisers are the endpoints, whatever the "
+          "preference")
+run.check("max(TCH gap - mu log 2), mu in {0.01, 0.05, "
+          "0.2}", excess, "<=", C_BOUND_SLACK,
           "STCH's solution is within mu log m of the exact TCH optimum (Eq. 6)")
 run.check("log-sum-exp sandwich (Eq. 5): violation", sandwich_err, "<=", C_ROUNDING,
           "max <= STCH <= max + mu log m on 1000 random vectors")
 run.check("autograd vs Eq. 4: max abs difference", grad_err, "<=", C_ROUNDING,
-          "the gradient of Eq. 3 is the softmax-weighted sum of the objectives' gradients")
-run.check("backward passes per STCH step, 8 tasks", cost["STCH"][-1][1], "<=", C_ONE_PASS,
+          "the gradient of Eq. 3 is the softmax-weighted sum of the objectives' "
+          "gradients")
+run.check("backward passes per STCH step, 8 "
+          "tasks", cost["STCH"][-1][1], "<=", C_ONE_PASS,
           "STCH needs one backward pass whatever the number of tasks")
 run.metric("classic_subgradient_gap_over_stch", round(float(sub_best / best_stch), 4))
 run.metric("tuned_worst_gap", {f"{m_} {rule}": round(float(g.min()), 5)
@@ -1046,12 +1197,22 @@ def stch_missing_temperature(f, lam, mu, z=0.0):
 
 def scalarize_broken(method, f, lam, mu=0.01, z=0.0):
     """scalarize() with the broken STCH plugged in."""
-    return stch_missing_temperature(f, lam, mu, z) if method == "STCH" else scalarize(method, f, lam, mu, z)
+    return (
+        stch_missing_temperature(f, lam, mu, z)
+        if method == "STCH"
+        else scalarize(method, f, lam, mu, z)
+    )
 
 
-broken = summarise(objective_history(x0, preferences, "STCH", mu, **setting,
-                                     scalarizer=scalarize_broken)[-1], preferences, g_star)
-print(f"STCH without 1/mu: {broken['distinct']} distinct solutions, HV {broken['hv']:.3f} "
+broken = summarise(
+    objective_history(
+        x0, preferences, "STCH", mu, **setting, scalarizer=scalarize_broken
+    )[-1],
+    preferences,
+    g_star,
+)
+print(f"STCH without 1/mu: {broken['distinct']} distinct solutions, HV "
+      f"{broken['hv']:.3f} "
       f"(LS: {ls_r['hv']:.3f}), max TCH gap {broken['max_gap']:.3f} "
       f"vs. mu log 2 = {mu * math.log(2):.4f}")
 
@@ -1093,10 +1254,13 @@ def update(w, mu_w, method, opt_name, lr_w, steps, problem):
     else:
         weight = np.full(len(F), lam_np[0])
     front_pts = front(np.linspace(-1, 1, 201))
-    fig, axes = plt.subplots(1, 3, figsize=(9, 3.0), layout="none")  # fixed layout: faster
+    # fixed layout: faster
+    fig, axes = plt.subplots(1, 3, figsize=(9, 3.0), layout="none")
     fig.subplots_adjust(left=0.06, right=0.98, bottom=0.16, top=0.9, wspace=0.3)
-    draw_front(axes[0], front_pts, F[-1:], lam_np[None], f"{method} on the {problem} front",
-               front(np.array([t_star]))[None, 0], label="final point", color=COLOURS[method])
+    draw_front(axes[0], front_pts, F[-1:], lam_np[None], f"{method} on the {problem} "
+                                                         f"front",
+               front(np.array([t_star]))[None, 0], label="final "
+                                                         "point", color=COLOURS[method])
     axes[0].plot(F[:, 0], F[:, 1], color=COLOURS[method], lw=0.8, zorder=2)
     axes[0].scatter(F[0, 0], F[0, 1], color="0.5", s=14, zorder=3)
     if method == "STCH":  # where the exact STCH minimiser for this mu sits on the front
@@ -1106,7 +1270,8 @@ def update(w, mu_w, method, opt_name, lr_w, steps, problem):
                         label="exact STCH minimiser")
         axes[0].legend(loc="upper right")
     axes[0].set_ylabel("$f_2$")
-    axes[1].plot(np.log10(gap), lw=0.9)  # log10 on a linear axis: log axes redraw slowly
+    # log10 on a linear axis: log axes redraw slowly
+    axes[1].plot(np.log10(gap), lw=0.9)
     axes[1].set(xlabel="step", ylabel="log10", title=f"TCH gap (final {gap[-1]:.2g})",
                 ylim=(-8.2, 0.5))
     axes[2].plot(weight, lw=0.8, color=COLOURS[method])
@@ -1115,16 +1280,33 @@ def update(w, mu_w, method, opt_name, lr_w, steps, problem):
 
 
 controls = dict(
-    w=W.FloatSlider(value=0.3, min=0.02, max=0.98, step=0.02, description="w = lambda_1"),
-    mu_w=W.FloatLogSlider(value=mu, base=10, min=-3, max=0, step=0.25, description="mu"),
-    method=W.Dropdown(options=["STCH", "TCH", "LS"], value="STCH", description="method"),
-    opt_name=W.Dropdown(options=["adam", "gd", "subgradient"], value=optimizer,
-                        description="update rule"),
-    lr_w=W.FloatLogSlider(value=lr, base=10, min=-3, max=np.log10(0.5), step=0.25,
-                          description="lr"),
-    steps=W.IntSlider(value=min(300, cfg.widget_steps_max), min=10, max=cfg.widget_steps_max,
-                      step=10, description="steps"),
-    problem=W.Dropdown(options=["concave", "convex"], value="concave", description="problem"),
+    w=W.FloatSlider(
+        value=0.3, min=0.02, max=0.98, step=0.02, description="w = lambda_1"
+    ),
+    mu_w=W.FloatLogSlider(
+        value=mu, base=10, min=-3, max=0, step=0.25, description="mu"
+    ),
+    method=W.Dropdown(
+        options=["STCH", "TCH", "LS"], value="STCH", description="method"
+    ),
+    opt_name=W.Dropdown(
+        options=["adam", "gd", "subgradient"],
+        value=optimizer,
+        description="update rule",
+    ),
+    lr_w=W.FloatLogSlider(
+        value=lr, base=10, min=-3, max=np.log10(0.5), step=0.25, description="lr"
+    ),
+    steps=W.IntSlider(
+        value=min(300, cfg.widget_steps_max),
+        min=10,
+        max=cfg.widget_steps_max,
+        step=10,
+        description="steps",
+    ),
+    problem=W.Dropdown(
+        options=["concave", "convex"], value="concave", description="problem"
+    ),
 )
 icmlbook.explore(update, controls, run=run)
 

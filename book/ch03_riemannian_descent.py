@@ -62,8 +62,10 @@ tier = "default"  # smoke | default | full: size of the experiment
 seed = 0  # drives every random number in the chapter
 n_points = 20  # data points per problem
 start_gap = 1.0  # the start is at distance D + start_gap from x* (D: data radius)
-lam = 10.0  # proximal parameter lambda of the showcase runs (the claims sweep 1, 10, 100)
-sigma = 0.5  # inexactness of the prox: relative tolerance of the inner stopping rule (Eq. 10)
+# proximal parameter lambda of the showcase runs (the claims sweep 1, 10, 100)
+lam = 10.0
+# inexactness of the prox: relative tolerance of the inner stopping rule (Eq. 10)
+sigma = 0.5
 
 # %% tags=["validate"]
 from icmlbook import check_int, check_range, check_seed, check_tier
@@ -88,20 +90,33 @@ import numpy as np
 import matplotlib.pyplot as plt
 import icmlbook
 
-run = icmlbook.start("03_riemannian_descent", tier=tier, seed=seed, torch=False,
-                     params=dict(n_points=n_points, start_gap=start_gap, lam=lam, sigma=sigma))
+run = icmlbook.start(
+    "03_riemannian_descent",
+    tier=tier,
+    seed=seed,
+    torch=False,
+    params=dict(n_points=n_points, start_gap=start_gap, lam=lam, sigma=sigma),
+)
 icmlbook.use_style()
 cfg = run.pick(
     smoke=dict(radii=(0.5, 2.0), trials=1, prox_points=4, widget_steps=60),
-    default=dict(radii=(0.5, 1.0, 2.0, 4.0), trials=3, prox_points=15, widget_steps=300),
-    full=dict(radii=(0.5, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0), trials=10, prox_points=100,
-              widget_steps=600),
+    default=dict(
+        radii=(0.5, 1.0, 2.0, 4.0), trials=3, prox_points=15, widget_steps=300
+    ),
+    full=dict(
+        radii=(0.5, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0),
+        trials=10,
+        prox_points=100,
+        widget_steps=600,
+    ),
 )
 LAMBDAS = (1.0, 10.0, 100.0)  # proximal parameters of the sweeps
 TARGET = 1e-8  # a run has converged when 0 <= f(x_t) - f* <= TARGET
-STEP_GRID = (1.0, 1.5, 2.0, 3.0, 4.0, 6.0, 8.0, 12.0)  # RGD steps c/L tried by the tuned baseline
+# RGD steps c/L tried by the tuned baseline
+STEP_GRID = (1.0, 1.5, 2.0, 3.0, 4.0, 6.0, 8.0, 12.0)
 BUDGETS = (1, 2, 4, 8)  # fixed inner steps per prox tried by the fixed-budget baseline
-SPHERE_RADII = (0.3, 0.5)  # data-cap radii on S2 (small: the Karcher mean must be g-convex)
+# data-cap radii on S2 (small: the Karcher mean must be g-convex)
+SPHERE_RADII = (0.3, 0.5)
 SPHERE_START = 0.5  # start distance on S2
 print(f"tier {tier}: data radii D = {cfg.radii}, {cfg.trials} random problem(s) each, "
       f"{cfg.prox_points} random points per prox test")
@@ -132,13 +147,15 @@ print(f"tier {tier}: data radii D = {cfg.radii}, {cfg.trials} random problem(s) 
 
 # %%
 def zeta(r, kappa):
-    """zeta_r of Eq. 2 for curvature >= kappa: r sqrt|k| coth(r sqrt|k|) if k < 0, else 1."""
+    """zeta_r of Eq. 2 for curvature >= kappa: r sqrt|k| coth(r sqrt|k|) if k < 0, else
+    1."""
     s = r * np.sqrt(max(-kappa, 0.0))
     return 1.0 if s < 1e-12 else float(s / np.tanh(s))
 
 
 def delta(r, kappa):
-    """delta_r of Eq. 2 for curvature <= kappa: r sqrt(k) cot(r sqrt(k)) if k > 0, else 1."""
+    """delta_r of Eq. 2 for curvature <= kappa: r sqrt(k) cot(r sqrt(k)) if k > 0, else
+    1."""
     s = r * np.sqrt(max(kappa, 0.0))
     return 1.0 if s < 1e-12 else float(s / np.tan(s))
 
@@ -220,11 +237,14 @@ def _unit(u, n):
 def _polar(r, theta, height, radial):
     """The point (height(r), radial(r) cos theta, radial(r) sin theta)."""
     r, theta = np.broadcast_arrays(np.asarray(r, float), np.asarray(theta, float))
-    return np.stack([height(r), radial(r) * np.cos(theta), radial(r) * np.sin(theta)], -1)
+    return np.stack(
+        [height(r), radial(r) * np.cos(theta), radial(r) * np.sin(theta)], -1
+    )
 
 
 class Hyperbolic:
-    """The hyperbolic plane H2 (curvature -1) as the hyperboloid <x, x>_L = -1, x0 > 0."""
+    """The hyperbolic plane H2 (curvature -1) as the hyperboloid <x, x>_L = -1, x0 > 0.
+    """
     kappa = -1.0
     name = "H2"
 
@@ -234,7 +254,8 @@ class Hyperbolic:
 
     @staticmethod
     def dist(x, y):
-        # Eq. 4, as 2 asinh(|x - y|_L / 2): arccosh(-<x, y>_L) loses half the digits when
+        # Eq. 4, as 2 asinh(|x - y|_L / 2): arccosh(-<x, y>_L) loses half the digits
+        # when
         # x and y are close (arccosh(1 + e) ~ sqrt(2e))
         chord = np.sqrt(np.maximum(minkowski(x - y, x - y), 0.0))
         return 2.0 * np.arcsinh(chord / 2.0)
@@ -292,7 +313,9 @@ class Sphere:
     def dist(x, y):
         # Eq. 5, as atan2(|x cross y|, x.y): exact also for close points, unlike arccos
         x, y = np.broadcast_arrays(x, y)
-        return np.arctan2(np.linalg.norm(np.cross(x, y), axis=-1), np.sum(x * y, axis=-1))
+        return np.arctan2(
+            np.linalg.norm(np.cross(x, y), axis=-1), np.sum(x * y, axis=-1)
+        )
 
     @staticmethod
     def exp(x, v):
@@ -303,7 +326,9 @@ class Sphere:
     @staticmethod
     def log(x, y):
         u = y - np.sum(x * y, axis=-1, keepdims=True) * x
-        return Sphere.dist(x, y)[..., None] * _unit(u, np.linalg.norm(u, axis=-1, keepdims=True))
+        return Sphere.dist(x, y)[..., None] * _unit(
+            u, np.linalg.norm(u, axis=-1, keepdims=True)
+        )
 
     @staticmethod
     def project(x, v):
@@ -371,7 +396,9 @@ def map_identity_error(M, rng, pairs=200, r=3.0):
     x = M.polar(r * rng.random(pairs), 2 * np.pi * rng.random(pairs))
     y = M.polar(r * rng.random(pairs), 2 * np.pi * rng.random(pairs))
     v = M.log(x, y)
-    return float(max(M.dist(M.exp(x, v), y).max(), np.abs(norm(M, x, v) - M.dist(x, y)).max()))
+    return float(
+        max(M.dist(M.exp(x, v), y).max(), np.abs(norm(M, x, v) - M.dist(x, y)).max())
+    )
 
 
 identity_err = max(map_identity_error(M, np.random.default_rng(seed), r=r)
@@ -436,7 +463,8 @@ class LogCosh:
     @staticmethod
     def f(M, x, P):
         d = M.dist(x[..., None, :], P)
-        return np.mean(np.logaddexp(d, -d) - np.log(2.0), axis=-1)  # log cosh d, overflow-free
+        # log cosh d, overflow-free
+        return np.mean(np.logaddexp(d, -d) - np.log(2.0), axis=-1)
 
     @staticmethod
     def grad(M, x, P):
@@ -526,7 +554,8 @@ def rgd(M, obj, P, x0, eta, f_star, tol=TARGET, max_steps=3000):
 
 # %%
 def prox(M, obj, P, x, lam, L, zeta_prox, sigma=0.5, abs_tol=1e-12, max_inner=100000):
-    """Approximate prox_{lam f}(x) (Eq. 9) by RGD on h; returns (y, gradient evaluations)."""
+    """Approximate prox_{lam f}(x) (Eq. 9) by RGD on h; returns (y, gradient
+    evaluations)."""
     eta = 1.0 / (L + zeta_prox / lam)
     y = x.copy()
     for k in range(1, max_inner + 1):
@@ -539,9 +568,22 @@ def prox(M, obj, P, x, lam, L, zeta_prox, sigma=0.5, abs_tol=1e-12, max_inner=10
     return y, max_inner
 
 
-def rppa(M, obj, P, x0, lam, L, zeta_prox, f_star, sigma=0.5, tol=TARGET, max_outer=1000,
-         max_inner=100000):
-    """RPPA x <- prox(x) (Eq. 9) from x0; returns (iterates, inner steps per outer step)."""
+def rppa(
+    M,
+    obj,
+    P,
+    x0,
+    lam,
+    L,
+    zeta_prox,
+    f_star,
+    sigma=0.5,
+    tol=TARGET,
+    max_outer=1000,
+    max_inner=100000,
+):
+    """RPPA x <- prox(x) (Eq. 9) from x0; returns (iterates, inner steps per outer
+    step)."""
     xs, inner, x = [x0], [0], x0
     for _ in range(max_outer):
         if obj.f(M, x, P) - f_star <= tol:
@@ -568,7 +610,8 @@ def rppa(M, obj, P, x0, lam, L, zeta_prox, f_star, sigma=0.5, tol=TARGET, max_ou
 
 # %%
 def tangent_direction(M, x, theta):
-    """The unit tangent vector at x making angle theta with a fixed reference direction."""
+    """The unit tangent vector at x making angle theta with a fixed reference direction.
+    """
     e1 = M.project(x, np.array([0.0, 1.0, 0.0]))
     e1 = e1 / norm(M, x, e1)
     e2 = M.project(x, np.array([0.0, 0.0, 1.0]))
@@ -580,16 +623,29 @@ def tangent_direction(M, x, theta):
 def make_problem(M, obj, D, R, n, rng):
     """Data in a disc of radius D, the minimiser of obj and a start at distance R."""
     P = M.polar(M.disc_radius(D, rng.random(n)), rng.uniform(0, 2 * np.pi, n))
-    return problem_at(M, obj, P, minimiser(M, obj, P), R, rng.uniform(0, 2 * np.pi), D=D)
+    return problem_at(
+        M, obj, P, minimiser(M, obj, P), R, rng.uniform(0, 2 * np.pi), D=D
+    )
 
 
 def problem_at(M, obj, P, x_star, R, theta, D=None):
-    """The problem (obj, data P, minimiser x_star), started at distance R in direction theta."""
+    """The problem (obj, data P, minimiser x_star), started at distance R in direction
+    theta."""
     x0 = M.exp(x_star, R * tangent_direction(M, x_star, theta))
     r_max = R + M.dist(x_star, P).max()
-    return dict(M=M, obj=obj, P=P, x_star=x_star, f_star=float(obj.f(M, x_star, P)), x0=x0,
-                D=D, R=float(M.dist(x0, x_star)), L=obj.smoothness(M, r_max),
-                zeta_R=zeta(R, M.kappa), r_max=float(r_max))
+    return dict(
+        M=M,
+        obj=obj,
+        P=P,
+        x_star=x_star,
+        f_star=float(obj.f(M, x_star, P)),
+        x0=x0,
+        D=D,
+        R=float(M.dist(x0, x_star)),
+        L=obj.smoothness(M, r_max),
+        zeta_R=zeta(R, M.kappa),
+        r_max=float(r_max),
+    )
 
 
 def iterations(xs, prob, tol=TARGET):
@@ -620,11 +676,13 @@ def ball_ratio(xs, prob):
 
 # %%
 COLOURS = {"RGD 1/L": "C0", "RGD 1/(zeta L)": "C1", "RGD tuned": "C2", "iRPPA": "C3",
-           "exact RPPA": "C4", "fixed budget": "C5", "RGD 2.5/L": "C6"}  # one per method
+           # one per method
+           "exact RPPA": "C4", "fixed budget": "C5", "RGD 2.5/L": "C6"}
 
 
 def normal_coords(M, centre, xs):
-    """Log_centre(x) in an orthonormal tangent basis at centre: distances to centre exact."""
+    """Log_centre(x) in an orthonormal tangent basis at centre: distances to centre
+    exact."""
     v = M.log(centre, xs)
     e1, e2 = tangent_direction(M, centre, 0.0), tangent_direction(M, centre, np.pi / 2)
     return np.stack([M.inner(centre, v, e1), M.inner(centre, v, e2)], axis=-1)
@@ -637,15 +695,35 @@ show_star = minimiser(Hyperbolic, LogCosh, show_P)
 starts = [problem_at(Hyperbolic, LogCosh, show_P, show_star, 2.0 + start_gap, theta)
           for theta in np.linspace(0, 2 * np.pi, 8, endpoint=False) + 0.3]
 show = starts[0]
-show_runs = {"RGD 1/L": [rgd(Hyperbolic, LogCosh, show_P, p["x0"], 1 / p["L"], p["f_star"])
-                         for p in starts],
-             "RGD 2.5/L": [rgd(Hyperbolic, LogCosh, show_P, p["x0"], 2.5 / p["L"], p["f_star"])
-                           for p in starts],
-             "iRPPA": [rppa(Hyperbolic, LogCosh, show_P, p["x0"], lam, p["L"], p["zeta_R"],
-                            p["f_star"], sigma)[0] for p in starts]}
-print(f"log-cosh, D = 2, R = {show['R']:.2f}: L = {show['L']:g}, zeta_R = {show['zeta_R']:.2f}")
+show_runs = {
+    "RGD 1/L": [
+        rgd(Hyperbolic, LogCosh, show_P, p["x0"], 1 / p["L"], p["f_star"])
+        for p in starts
+    ],
+    "RGD 2.5/L": [
+        rgd(Hyperbolic, LogCosh, show_P, p["x0"], 2.5 / p["L"], p["f_star"])
+        for p in starts
+    ],
+    "iRPPA": [
+        rppa(
+            Hyperbolic,
+            LogCosh,
+            show_P,
+            p["x0"],
+            lam,
+            p["L"],
+            p["zeta_R"],
+            p["f_star"],
+            sigma,
+        )[0]
+        for p in starts
+    ],
+}
+print(f"log-cosh, D = 2, R = {show['R']:.2f}: L = {show['L']:g}, zeta_R = "
+      f"{show['zeta_R']:.2f}")
 for name, runs_ in show_runs.items():
-    print(f"{name:<10} steps {[iterations(xs, show) for xs in runs_]}, worst ball ratio "
+    print(f"{name:<10} steps {[iterations(xs, show) for xs in runs_]}, worst ball "
+          f"ratio "
           f"{max(ball_ratio(xs, show) for xs in runs_):.6f}")
 
 # %% tags=["hide-input"]
@@ -660,7 +738,8 @@ for ax, (name, runs_) in zip(axes, show_runs.items()):
         ax.plot(*normal_coords(Hyperbolic, show_star, xs).T, "o-", ms=2, lw=0.8,
                 color=COLOURS[name], zorder=3)
     ax.scatter([0], [0], marker="*", s=90, color="k", zorder=4, label="$x^*$")
-    ax.set(title=name if name != "iRPPA" else f"iRPPA, $\\lambda$ = {lam:g}", aspect="equal",
+    ax.set(title=name if name != "iRPPA" else f"iRPPA, $\\lambda$ = "
+                                              f"{lam:g}", aspect="equal",
            xlabel="normal coordinate 1 at $x^*$")
 axes[0].set_ylabel("normal coordinate 2")
 axes[0].legend(loc="lower left", fontsize=6)
@@ -706,12 +785,14 @@ plt.show()
 
 # %%
 def tuned_rgd(prob, grid=STEP_GRID):
-    """RGD at each step c/L of the grid, slower trials cut off; (best c, its steps, ratios)."""
+    """RGD at each step c/L of the grid, slower trials cut off; (best c, its steps,
+    ratios)."""
     M, obj, P, x0, fs, L = (prob[k] for k in ("M", "obj", "P", "x0", "f_star", "L"))
     best_c, best, ratios = None, np.inf, {}
     for c in grid:
         cap = 3000 if best == np.inf else int(best)
-        with np.errstate(all="ignore"):  # a far too long step overflows cosh: the run stops
+        # a far too long step overflows cosh: the run stops
+        with np.errstate(all="ignore"):
             xs = rgd(M, obj, P, x0, c / L, fs, max_steps=cap)
         ratios[c] = ball_ratio(xs, prob)
         if iterations(xs, prob) < best:
@@ -743,7 +824,9 @@ def run_methods(prob, sigma=0.5, lambdas=LAMBDAS, grid=STEP_GRID, budgets=BUDGET
         key = f"{lam_:g}"
         row["outer_" + key], row["inner_" + key], ball = rppa_work(prob, lam_, sigma)
         row["ball_theory"].append(ball)
-        row["exact_outer_" + key], row["exact_inner_" + key], ball = rppa_work(prob, lam_, 0.0)
+        row["exact_outer_" + key], row["exact_inner_" + key], ball = rppa_work(
+            prob, lam_, 0.0
+        )
         row["ball_exact"].append(ball)
         work = {K: rppa_work(prob, lam_, 0.0, max_inner=K)[1] for K in budgets}
         if work:
@@ -757,28 +840,44 @@ def run_methods(prob, sigma=0.5, lambdas=LAMBDAS, grid=STEP_GRID, budgets=BUDGET
 def sweep(M, obj, radii, trials, start, rng, sigma=0.5, n=20, desc="sweep", **kw):
     """run_methods on `trials` random problems per data radius; one dict per problem."""
     out = []
-    for D, _ in icmlbook.progress([(D, k) for D in radii for k in range(trials)], desc=desc):
+    for D, _ in icmlbook.progress(
+        [(D, k) for D in radii for k in range(trials)], desc=desc
+    ):
         out.append(run_methods(make_problem(M, obj, D, start(D), n, rng), sigma, **kw))
     return out
 
 
 def by_radius(rows, key):
-    """The mean of `key` over the trials of each data radius (in the order of the sweep)."""
+    """The mean of `key` over the trials of each data radius (in the order of the
+    sweep)."""
     radii = list(dict.fromkeys(r["D"] for r in rows))
     return np.array([np.mean([r[key] for r in rows if r["D"] == D]) for D in radii])
 
 
 # %%
-h_rows = {name: sweep(Hyperbolic, obj, cfg.radii, cfg.trials, lambda D: D + start_gap, rng,
-                      sigma=sigma, n=n_points, desc=f"H2, {name}")
-          for name, obj in OBJECTIVES.items()}
+h_rows = {
+    name: sweep(
+        Hyperbolic,
+        obj,
+        cfg.radii,
+        cfg.trials,
+        lambda D: D + start_gap,
+        rng,
+        sigma=sigma,
+        n=n_points,
+        desc=f"H2, {name}",
+    )
+    for name, obj in OBJECTIVES.items()
+}
 flat_rows = sweep(Flat, Karcher, cfg.radii, cfg.trials, lambda D: D + start_gap, rng,
                   sigma=sigma, n=n_points, desc="R2 control", lambdas=())
 
 # %%
-COLS = (["L", "rgd", "rgd_safe", "tuned", "tuned_c"]
-        + [f"{p}_{l:g}" for l in LAMBDAS
-           for p in ("outer", "exact_outer", "inner", "exact_inner", "fixed", "fixed_K")])
+COLS = ["L", "rgd", "rgd_safe", "tuned", "tuned_c"] + [
+    f"{p}_{l:g}"
+    for l in LAMBDAS
+    for p in ("outer", "exact_outer", "inner", "exact_inner", "fixed", "fixed_K")
+]
 
 
 def tabulate(rows):
@@ -788,36 +887,54 @@ def tabulate(rows):
 
 table = {name: tabulate(rows) for name, rows in h_rows.items()}
 print(f"means over {cfg.trials} problem(s) per radius, to 0 <= f - f* <= {TARGET:g}; "
-      "outer: iRPPA/exact steps; inner: iRPPA/exact/best fixed budget gradient evaluations")
+      "outer: iRPPA/exact steps; inner: iRPPA/exact/best fixed budget gradient "
+      "evaluations")
 for name, t in table.items():
-    print(f"\nH2, {name}\n{'D':>4} {'L':>5} | {'RGD 1/L':>7} {'1/(zL)':>6} {'tuned':>5} "
-          f"{'c':>4} | " + " | ".join(f"lambda = {l:<3g} outer, inner (K)" for l in LAMBDAS))
+    print(f"\nH2, {name}\n{'D':>4} {'L':>5} | {'RGD 1/L':>7} {'1/(zL)':>6} "
+          f"{'tuned':>5} "
+          f"{'c':>4} | " + " | ".join(f"lambda = {l:<3g} outer, inner "
+                                      f"(K)" for l in LAMBDAS))
     for i, D in enumerate(cfg.radii):
         cells = [f"{t[f'outer_{l:g}'][i]:4.1f}/{t[f'exact_outer_{l:g}'][i]:4.1f}, "
                  f"{t[f'inner_{l:g}'][i]:4.0f}/{t[f'exact_inner_{l:g}'][i]:4.0f}/"
-                 f"{t[f'fixed_{l:g}'][i]:3.0f} ({t[f'fixed_K_{l:g}'][i]:.1f})" for l in LAMBDAS]
-        print(f"{D:>4g} {t['L'][i]:>5.2f} | {t['rgd'][i]:>7.1f} {t['rgd_safe'][i]:>6.1f} "
+                 f"{t[f'fixed_{l:g}'][i]:3.0f} "
+                 f"({t[f'fixed_K_{l:g}'][i]:.1f})" for l in LAMBDAS]
+        print(f"{D:>4g} {t['L'][i]:>5.2f} | {t['rgd'][i]:>7.1f} "
+              f"{t['rgd_safe'][i]:>6.1f} "
               f"{t['tuned'][i]:>5.1f} {t['tuned_c'][i]:>4.1f} | " + " | ".join(cells))
-print("\nflat R2 control, Karcher: tuned RGD", by_radius(flat_rows, "tuned").round(1).tolist())
+print("\nflat R2 control, Karcher: tuned "
+      "RGD", by_radius(flat_rows, "tuned").round(1).tolist())
 
 # %% tags=["hide-input"]
-fig_lam = f"{LAMBDAS[1]:g}"  # the figure shows one lambda; the table above has all three
+# the figure shows one lambda; the table above has all three
+fig_lam = f"{LAMBDAS[1]:g}"
 fig, axes = plt.subplots(1, 4, figsize=(12, 3.2))
 for ax, (name, t) in zip(axes[:2], table.items()):
     ax.plot(cfg.radii, t["rgd"], "o-", color=COLOURS["RGD 1/L"], label="RGD $1/L$")
     ax.plot(cfg.radii, t["tuned"], "s-", color=COLOURS["RGD tuned"], label="RGD tuned")
-    ax.plot(cfg.radii, t[f"inner_{fig_lam}"], "^-", color=COLOURS["iRPPA"], label="iRPPA")
+    ax.plot(
+        cfg.radii, t[f"inner_{fig_lam}"], "^-", color=COLOURS["iRPPA"], label="iRPPA"
+    )
     ax.plot(cfg.radii, t[f"exact_inner_{fig_lam}"], "v-", color=COLOURS["exact RPPA"],
             label="exact RPPA")
     ax.plot(cfg.radii, t[f"fixed_{fig_lam}"], "d-", color=COLOURS["fixed budget"],
             label="fixed budget, tuned")
     ax.set(yscale="log", xlabel="data radius D", ylabel="gradient evaluations",
            title=f"H2, {name}: total work")
-axes[0].plot(cfg.radii, by_radius(flat_rows, "tuned"), "kx", label="RGD tuned, flat $R^2$")
+axes[0].plot(cfg.radii, by_radius(flat_rows, "tuned"), "kx", label="RGD tuned, flat "
+                                                                   "$R^2$")
 axes[0].legend(fontsize=6, loc="upper left")
 for ax, (name, t) in zip(axes[2:], table.items()):
-    ax.plot(cfg.radii, t["tuned"], "s-", color=COLOURS["RGD tuned"], label="RGD tuned: steps")
-    ax.plot(cfg.radii, t[f"outer_{fig_lam}"], "^-", color=COLOURS["iRPPA"], label="iRPPA: outer")
+    ax.plot(cfg.radii, t["tuned"], "s-", color=COLOURS["RGD "
+                                                       "tuned"], label="RGD tuned: "
+                                                                       "steps")
+    ax.plot(
+        cfg.radii,
+        t[f"outer_{fig_lam}"],
+        "^-",
+        color=COLOURS["iRPPA"],
+        label="iRPPA: outer",
+    )
     ax.plot(cfg.radii, t[f"exact_outer_{fig_lam}"], "v-", color=COLOURS["exact RPPA"],
             label="exact RPPA: outer")
     ax.set(xlabel="data radius D", ylabel="iterations", ylim=(0, None),
@@ -831,12 +948,19 @@ vs_tuned = {name: t[f"inner_{fig_lam}"] / t["tuned"] for name, t in table.items(
 k_one = np.mean([r[f"fixed_K_{l:g}"] == 1 for rows in h_rows.values() for r in rows
                  for l in LAMBDAS])
 for name, ratio in vs_tuned.items():
-    print(f"{name}: iRPPA (lambda = {fig_lam}) spends {ratio.min():.1f}-{ratio.max():.1f} times "
+    print(f"{name}: iRPPA (lambda = {fig_lam}) spends "
+          f"{ratio.min():.1f}-{ratio.max():.1f} times "
           f"the gradient evaluations of tuned RGD")
-print(f"the best fixed inner budget is a single step in {100 * k_one:.0f}% of (problem, lambda)")
-rppa_work_cols = [f"{p}_{l:g}" for l in LAMBDAS for p in ("inner", "exact_inner", "fixed")]
-tuned_cheapest = all(np.all(t["tuned"] <= t[c]) for t in table.values() for c in rppa_work_cols)
-print(f"tuned RGD needs no more gradient evaluations than any RPPA variant at every radius: "
+print(f"the best fixed inner budget is a single step in {100 * k_one:.0f}% of "
+      f"(problem, lambda)")
+rppa_work_cols = [
+    f"{p}_{l:g}" for l in LAMBDAS for p in ("inner", "exact_inner", "fixed")
+]
+tuned_cheapest = all(
+    np.all(t["tuned"] <= t[c]) for t in table.values() for c in rppa_work_cols
+)
+print(f"tuned RGD needs no more gradient evaluations than any RPPA variant at every "
+      f"radius: "
       f"{tuned_cheapest}")
 
 # %% [markdown]
@@ -907,10 +1031,13 @@ for D in SPHERE_RADII:
 # Exact RPPA, a chain of such proxes, can therefore never leave $B(x^*, d(x_0, x^*))$.
 
 # %%
-PROX_LAMBDAS = (0.1, 1.0, 10.0)  # proximal parameters of the quasi-nonexpansiveness test
+# proximal parameters of the quasi-nonexpansiveness test
+PROX_LAMBDAS = (0.1, 1.0, 10.0)
 
 
-def prox_displacements(M, obj, D, max_dist, n_x, rng, n=20, lambdas=PROX_LAMBDAS, relax=1.0):
+def prox_displacements(
+    M, obj, D, max_dist, n_x, rng, n=20, lambdas=PROX_LAMBDAS, relax=1.0
+):
     """d(x, x*) and d(prox(x), x*) for n_x random x and each lambda (Eq. 11).
 
     Returns arrays (before, after, lambda). `relax` > 1 over-relaxes the step to
@@ -918,8 +1045,12 @@ def prox_displacements(M, obj, D, max_dist, n_x, rng, n=20, lambdas=PROX_LAMBDAS
     prob = make_problem(M, obj, D, max_dist, n, rng)
     P, xs_, out = prob["P"], prob["x_star"], []
     for _ in range(n_x):
-        x = M.exp(xs_, max_dist * rng.uniform(0.1, 1.0)
-                  * tangent_direction(M, xs_, rng.uniform(0, 2 * np.pi)))
+        x = M.exp(
+            xs_,
+            max_dist
+            * rng.uniform(0.1, 1.0)
+            * tangent_direction(M, xs_, rng.uniform(0, 2 * np.pi)),
+        )
         for lam_ in lambdas:
             y, _ = prox(M, obj, P, x, lam_, prob["L"], prob["zeta_R"], sigma=0.0)
             y = M.exp(x, relax * M.log(x, y))
@@ -927,12 +1058,17 @@ def prox_displacements(M, obj, D, max_dist, n_x, rng, n=20, lambdas=PROX_LAMBDAS
     return tuple(np.array(out).T)
 
 
-prox_tests = {"H2, Karcher": prox_displacements(Hyperbolic, Karcher, 3.0, 4.0, cfg.prox_points,
-                                                rng, n=n_points),
-              "H2, log-cosh": prox_displacements(Hyperbolic, LogCosh, 3.0, 4.0, cfg.prox_points,
-                                                 rng, n=n_points),
-              "S2, Karcher": prox_displacements(Sphere, Karcher, 0.5, 0.7, cfg.prox_points, rng,
-                                                n=n_points)}
+prox_tests = {
+    "H2, Karcher": prox_displacements(
+        Hyperbolic, Karcher, 3.0, 4.0, cfg.prox_points, rng, n=n_points
+    ),
+    "H2, log-cosh": prox_displacements(
+        Hyperbolic, LogCosh, 3.0, 4.0, cfg.prox_points, rng, n=n_points
+    ),
+    "S2, Karcher": prox_displacements(
+        Sphere, Karcher, 0.5, 0.7, cfg.prox_points, rng, n=n_points
+    ),
+}
 prox_change = {name: after - before for name, (before, after, _) in prox_tests.items()}
 for name, change in prox_change.items():
     print(f"{name}: d(prox x, x*) - d(x, x*) at most {change.max():+.2e} "
@@ -974,13 +1110,18 @@ print(f"{'step c/L':>{w}} " + " ".join(f"{c:>6g}" for c in STEP_GRID))
 for name, ratios in beyond.items():
     print(f"{name + ': left the ball':>{w}} " + " ".join(
         f"{np.mean(v > 1 + 1e-9):>6.0%}" for v in ratios.values()))
-    print(f"{'worst ratio':>{w}} " + " ".join(f"{v.max():>6.3g}" for v in ratios.values()))
-safe_c = {name: max([c for c, v in ratios.items() if np.all(v <= 1 + 1e-9)], default=0.0)
-          for name, ratios in beyond.items()}
+    print(
+        f"{'worst ratio':>{w}} " + " ".join(f"{v.max():>6.3g}" for v in ratios.values())
+    )
+safe_c = {
+    name: max([c for c, v in ratios.items() if np.all(v <= 1 + 1e-9)], default=0.0)
+    for name, ratios in beyond.items()
+}
 print("largest step c/L at which no run left the ball:",
       ", ".join(f"{name} {c:g}" for name, c in safe_c.items()))
 theory_ball = max(r["ball_theory"] for rows in [*h_rows.values(), s_rows] for r in rows)
-print(f"worst ball ratio at the theory's steps (RGD 1/L, iRPPA; H2 and S2): {theory_ball:.6f}")
+print(f"worst ball ratio at the theory's steps (RGD 1/L, iRPPA; H2 and S2): "
+      f"{theory_ball:.6f}")
 
 # %% [markdown]
 # On $\mathbb H^2$ the ball of radius $d(x_0, x^*)$ holds well past the theory's step
@@ -1007,11 +1148,16 @@ print(f"worst ball ratio at the theory's steps (RGD 1/L, iRPPA; H2 and S2): {the
 # 10-19 met it exactly, with no margin.
 
 # %% tags=["thresholds"]
-C_INEXACT_OUTER = 1.6  # iRPPA / exact outer steps, worst case; seeds 0-4: 1.37-1.40, 0-19: <= 1.41
-C_INEXACT_WORK = 0.5  # iRPPA / exact inner work, worst case; seeds 0-4: 0.32-0.34, 0-19: <= 0.37
-C_OUTER_FLAT = 2.0  # outer-step excess over the smallest radius; seeds 0-4: 0-0.67, 0-19: <= 1.0
-C_RGD_GROWTH = 1.5  # tuned RGD steps, largest / smallest radius; seeds 0-4: 2.1-2.8, 0-19: >= 1.7
-C_VS_FIXED = 3.0  # iRPPA / best fixed budget inner work, worst case; seeds 0-4: 2.29, 0-19: <= 2.47
+# iRPPA / exact outer steps, worst case; seeds 0-4: 1.37-1.40, 0-19: <= 1.41
+C_INEXACT_OUTER = 1.6
+# iRPPA / exact inner work, worst case; seeds 0-4: 0.32-0.34, 0-19: <= 0.37
+C_INEXACT_WORK = 0.5
+# outer-step excess over the smallest radius; seeds 0-4: 0-0.67, 0-19: <= 1.0
+C_OUTER_FLAT = 2.0
+# tuned RGD steps, largest / smallest radius; seeds 0-4: 2.1-2.8, 0-19: >= 1.7
+C_RGD_GROWTH = 1.5
+# iRPPA / best fixed budget inner work, worst case; seeds 0-4: 2.29, 0-19: <= 2.47
+C_VS_FIXED = 3.0
 C_IDENTITY = 1e-10  # Exp/Log round trip and |Log| = d on random pairs (rounding only)
 C_BALL_TOL = 1e-9  # how far a run with a guaranteed ball may exceed it (rounding only)
 C_PROX_TOL = 1e-9  # how far a prox may move away from x* (rounding only; Eq. 11 says 0)
@@ -1020,7 +1166,9 @@ C_UNCONVERGED = 0  # runs of the theory's methods that miss the target (theory: 
 # %%
 def worst_over(tables, stat):
     """max of stat(per-radius table, lambda key) over objectives, lambdas and radii."""
-    return max(float(np.max(stat(t, f"{l:g}"))) for t in tables.values() for l in LAMBDAS)
+    return max(
+        float(np.max(stat(t, f"{l:g}"))) for t in tables.values() for l in LAMBDAS
+    )
 
 
 def inexact_outer_ratio(tables):
@@ -1039,7 +1187,8 @@ def outer_excess(t):
 
 
 def tuned_growth(t):
-    """Tuned RGD steps at the largest radius over those at the smallest (fourth claim)."""
+    """Tuned RGD steps at the largest radius over those at the smallest (fourth claim).
+    """
     return float(t["tuned"][-1] / t["tuned"][0])
 
 
@@ -1048,12 +1197,16 @@ def fixed_budget_ratio(tables):
     return worst_over(tables, lambda t, k: t[f"inner_{k}"] / t[f"fixed_{k}"])
 
 
-span = f"D={cfg.radii[-1]:g} / D={cfg.radii[0]:g}"  # the largest radius against the smallest
+# the largest radius against the smallest
+span = f"D={cfg.radii[-1]:g} / D={cfg.radii[0]:g}"
 exact = "exact RPPA, each prox solved to a gradient of 1e-12"
 run.claim("iRPPA vs exact RPPA: outer steps", inexact_outer_ratio(table), "<=",
-          C_INEXACT_OUTER, "With the checkable relative criterion (Eq. 10) the inexact method "
-          "needs few more outer steps than the exact one", versus="ablation", against=exact)
-run.claim("iRPPA vs exact RPPA: inner work", inexact_work_ratio(table), "<=", C_INEXACT_WORK,
+          C_INEXACT_OUTER, "With the checkable relative criterion (Eq. 10) the inexact "
+                           "method "
+          "needs few more outer steps than the exact "
+          "one", versus="ablation", against=exact)
+run.claim("iRPPA vs exact RPPA: inner "
+          "work", inexact_work_ratio(table), "<=", C_INEXACT_WORK,
           "... at a fraction of the exact method's inner gradient evaluations",
           versus="ablation", against=exact)
 run.claim(f"iRPPA outer steps, excess over D={cfg.radii[0]:g} (Karcher)",
@@ -1061,32 +1214,39 @@ run.claim(f"iRPPA outer steps, excess over D={cfg.radii[0]:g} (Karcher)",
           "RPPA's outer loop does not pay for curvature", versus="ablation",
           against="RGD, the same problem without the proximal term (next claim)")
 run.claim(f"tuned RGD steps, {span} (Karcher)", tuned_growth(table["Karcher"]), ">=",
-          C_RGD_GROWTH, "Without the proximal term, curvature slows RGD even with its step "
+          C_RGD_GROWTH, "Without the proximal term, curvature slows RGD even with its "
+                        "step "
           "tuned in hindsight", versus="ablation",
           against="RGD with the best step c/L of STEP_GRID, per problem")
-run.claim("iRPPA vs tuned fixed inner budget: inner work", fixed_budget_ratio(table), "<=",
-          C_VS_FIXED, "The checkable criterion, untuned, costs at most a small factor over "
+run.claim("iRPPA vs tuned fixed inner budget: inner "
+          "work", fixed_budget_ratio(table), "<=",
+          C_VS_FIXED, "The checkable criterion, untuned, costs at most a small factor "
+                      "over "
           "the best fixed inner budget chosen in hindsight", versus="baseline",
           against="RPPA with K inner steps per prox, K in BUDGETS tuned per problem")
 
 h_all = [r for rows in h_rows.values() for r in rows]
 safe_excess = max(r["ball_safe"] for r in h_all) - 1.0
 exact_excess = np.nanmax([r["ball_exact"] for r in h_all + s_rows]) - 1.0
-theory_keys = ["rgd", "rgd_safe"] + [f"{p}_{l:g}" for l in LAMBDAS for p in ("outer",
-                                                                             "exact_outer")]
+theory_keys = ["rgd", "rgd_safe"] + [
+    f"{p}_{l:g}" for l in LAMBDAS for p in ("outer", "exact_outer")
+]
 unconverged = sum(int(np.isinf(r[k])) for r in h_all + s_rows for k in theory_keys)
 h_prox = max(prox_change["H2, Karcher"].max(), prox_change["H2, log-cosh"].max())
 run.check("Exp/Log identities", identity_err, "<=", C_IDENTITY,
           "Exp_x(Log_x y) = y and |Log_x y| = d(x, y) on H2 and S2", digits=2)
 run.check("step 1/(zeta L): excess ball ratio", safe_excess, "<=", C_BALL_TOL,
-          "Eq. 3: with eta <= 1/(zeta L) the distance to x* never grows (H2, both objectives)",
+          "Eq. 3: with eta <= 1/(zeta L) the distance to x* never grows (H2, both "
+          "objectives)",
           digits=2)
 run.check("exact RPPA: excess ball ratio", exact_excess, "<=", C_BALL_TOL,
-          "a chain of quasi-nonexpansive proxes (Eq. 11) stays in B(x*, d(x0, x*)), H2 and S2",
+          "a chain of quasi-nonexpansive proxes (Eq. 11) stays in B(x*, d(x0, x*)), H2 "
+          "and S2",
           digits=2)
 run.check("prox moves towards x*, H2 (max change)", h_prox, "<=", C_PROX_TOL,
           "Eq. 11 in negative curvature, both objectives", digits=2)
-run.check("prox moves towards x*, S2 (max change)", prox_change["S2, Karcher"].max(), "<=",
+run.check("prox moves towards x*, S2 (max "
+          "change)", prox_change["S2, Karcher"].max(), "<=",
           C_PROX_TOL, "Eq. 11 in positive curvature", digits=2)
 run.check("theory's methods that miss the target", unconverged, "<=", C_UNCONVERGED,
           "RGD at 1/L and 1/(zeta L), inexact and exact RPPA converge on H2 and S2")
@@ -1095,8 +1255,13 @@ run.metric("largest_step_in_ball", safe_c)
 run.metric("irppa_over_tuned_rgd", {k: v.round(2) for k, v in vs_tuned.items()})
 run.metric("fixed_budget_k1_share", round(float(k_one), 3))
 run.metric("tuned_rgd_by_radius", {k: t["tuned"].round(2) for k, t in table.items()})
-run.metric("outer_by_radius", {k: {f"{l:g}": t[f"outer_{l:g}"].round(2) for l in LAMBDAS}
-                               for k, t in table.items()})
+run.metric(
+    "outer_by_radius",
+    {
+        k: {f"{l:g}": t[f"outer_{l:g}"].round(2) for l in LAMBDAS}
+        for k, t in table.items()
+    },
+)
 run.metric("sphere_rgd_iterations", [r["rgd"] for r in s_rows]);
 
 # %%
@@ -1132,7 +1297,8 @@ across = icmlbook.across_seeds(run)
 # %%
 def prox_no_lambda(M, obj, P, x, lam, L, zeta_prox, sigma=0.5, abs_tol=1e-12,
                    max_inner=100000):
-    """The prox of Eq. 9 with a deliberately broken stopping rule: the 1/lambda is lost."""
+    """The prox of Eq. 9 with a deliberately broken stopping rule: the 1/lambda is lost.
+    """
     eta = 1.0 / (L + zeta_prox / lam)
     y = x.copy()
     for k in range(1, max_inner + 1):
@@ -1156,7 +1322,8 @@ def outer_steps(prob, lam_, prox_fn, sigma_=0.5):
 
 demo = make_problem(Hyperbolic, Karcher, 2.0, 2.0 + start_gap, n_points, rng)
 exact_demo = outer_steps(demo, 100.0, prox, 0.0)
-print(f"lambda = 100, Karcher, D = 2: exact RPPA {exact_demo} outer steps, correct criterion "
+print(f"lambda = 100, Karcher, D = 2: exact RPPA {exact_demo} outer steps, correct "
+      f"criterion "
       f"{outer_steps(demo, 100.0, prox)}, criterion without 1/lambda "
       f"{outer_steps(demo, 100.0, prox_no_lambda)} (the first claim allows "
       f"{C_INEXACT_OUTER:g} x {exact_demo})")
@@ -1190,18 +1357,23 @@ def widget_data(manifold, objective, D):
     """Fixed-noise data of radius D and its minimiser (cached: a few ms each)."""
     M = MANIFOLDS[manifold]
     rng_w = np.random.default_rng(seed + 1)
-    P = M.polar(M.disc_radius(D, rng_w.random(n_points)), rng_w.uniform(0, 2 * np.pi, n_points))
+    P = M.polar(
+        M.disc_radius(D, rng_w.random(n_points)), rng_w.uniform(0, 2 * np.pi, n_points)
+    )
     return P, minimiser(M, OBJECTIVES[objective], P)
 
 
 def widget_problem(manifold, objective, D, R):
     """The widget's problem: cached data, a start at distance R in a fixed direction."""
     P, x_star = widget_data(manifold, objective, round(D, 2))
-    return problem_at(MANIFOLDS[manifold], OBJECTIVES[objective], P, x_star, R, theta=4.0)
+    return problem_at(
+        MANIFOLDS[manifold], OBJECTIVES[objective], P, x_star, R, theta=4.0
+    )
 
 
 def update(manifold, objective, spread, start, step, lam_w):
-    with np.errstate(all="ignore"):  # a diverging step overflows cosh: the plot just stops
+    # a diverging step overflows cosh: the plot just stops
+    with np.errstate(all="ignore"):
         draw_widget(manifold, objective, spread, start, step, lam_w)
     plt.show()
 
@@ -1210,33 +1382,62 @@ def draw_widget(manifold, objective, spread, start, step, lam_w):
     D, R = spread, start
     if manifold == "S2":  # clamp into the g-convex region (see above)
         D = min(spread, 0.6)
-        data_radius = widget_problem("S2", objective, D, 0.1)["r_max"] - 0.1  # max_i d(x*, p_i)
+        # max_i d(x*, p_i)
+        data_radius = widget_problem("S2", objective, D, 0.1)["r_max"] - 0.1
         R = min(start, round(np.pi / 2 - 0.05 - data_radius, 2))
     prob = widget_problem(manifold, objective, D, R)
-    M, obj, P, fs, xs_ = prob["M"], prob["obj"], prob["P"], prob["f_star"], prob["x_star"]
+    M, obj, P, fs, xs_ = (
+        prob["M"],
+        prob["obj"],
+        prob["P"],
+        prob["f_star"],
+        prob["x_star"],
+    )
     budget = cfg.widget_steps
     xs_g = rgd(M, obj, P, prob["x0"], step / prob["L"], fs, max_steps=budget)
-    xs_p, inner = rppa(M, obj, P, prob["x0"], lam_w, prob["L"], prob["zeta_R"], fs, sigma,
-                       max_outer=budget, max_inner=budget)
+    xs_p, inner = rppa(
+        M,
+        obj,
+        P,
+        prob["x0"],
+        lam_w,
+        prob["L"],
+        prob["zeta_R"],
+        fs,
+        sigma,
+        max_outer=budget,
+        max_inner=budget,
+    )
     keep = np.cumsum(inner) <= budget
     xs_p, inner = xs_p[keep], inner[keep]
     fig, axes = plt.subplots(1, 3, figsize=(10.5, 3.4))
     ring = np.linspace(0, 2 * np.pi, 200)
     axes[0].plot(prob["R"] * np.cos(ring), prob["R"] * np.sin(ring), "k--", lw=1,
                  label="ball $B(x^*, R)$")
-    axes[0].scatter(*normal_coords(M, xs_, P).T, s=8, color="0.6", label="data", zorder=2)
+    axes[0].scatter(
+        *normal_coords(M, xs_, P).T, s=8, color="0.6", label="data", zorder=2
+    )
     for xs, name, label in ((xs_g, "RGD 1/L", f"RGD, eta = {step:g}/L"),
                             (xs_p, "iRPPA", f"iRPPA, lambda = {lam_w:.3g}")):
-        axes[0].plot(*normal_coords(M, xs_, xs).T, "o-", ms=2.5, lw=1, color=COLOURS[name],
-                     label=label, zorder=3)
+        axes[0].plot(
+            *normal_coords(M, xs_, xs).T,
+            "o-",
+            ms=2.5,
+            lw=1,
+            color=COLOURS[name],
+            label=label,
+            zorder=3,
+        )
     axes[0].scatter([0], [0], marker="*", s=90, color="k", zorder=4, label="$x^*$")
     lim = 1.6 * max(prob["R"], prob["r_max"] - prob["R"])
     axes[0].set(xlim=(-lim, lim), ylim=(-lim, lim), aspect="equal",
-                title=f"{manifold}, {objective}: D = {D:g}, R = {R:g}, L = {prob['L']:.2f}")
+                title=f"{manifold}, {objective}: D = {D:g}, R = {R:g}, L = "
+                      f"{prob['L']:.2f}")
     axes[0].title.set_fontsize(8)
     axes[0].legend(loc="upper center", bbox_to_anchor=(0.5, -0.08), ncol=2, fontsize=6)
     gap = lambda xs: np.clip(obj.f(M, xs, P) - fs, 1e-16, 1e6)
-    axes[1].semilogy(np.arange(len(xs_g)), gap(xs_g), color=COLOURS["RGD 1/L"], label="RGD")
+    axes[1].semilogy(np.arange(len(xs_g)), gap(xs_g), color=COLOURS["RGD "
+                                                                    "1/L"], label="RGD")
     axes[1].semilogy(np.cumsum(inner), gap(xs_p), "o-", ms=3, color=COLOURS["iRPPA"],
                      label="iRPPA (outer steps)")
     axes[1].axhline(TARGET, color="k", ls=":", lw=1)
@@ -1253,12 +1454,15 @@ def draw_widget(manifold, objective, spread, start, step, lam_w):
 
 controls = dict(
     manifold=W.ToggleButtons(options=["H2", "S2"], value="H2", description="manifold"),
-    objective=W.ToggleButtons(options=list(OBJECTIVES), value="log-cosh",
-                              description="objective"),
+    objective=W.ToggleButtons(
+        options=list(OBJECTIVES), value="log-cosh", description="objective"
+    ),
     spread=W.FloatSlider(value=2.0, min=0.1, max=5.0, step=0.1, description="spread D"),
     start=W.FloatSlider(value=3.0, min=0.1, max=6.0, step=0.1, description="start R"),
     step=W.FloatSlider(value=1.0, min=0.1, max=12.0, step=0.1, description="eta * L"),
-    lam_w=W.FloatLogSlider(value=lam, base=10, min=-1, max=2, step=0.25, description="lambda"),
+    lam_w=W.FloatLogSlider(
+        value=lam, base=10, min=-1, max=2, step=0.25, description="lambda"
+    ),
 )
 icmlbook.explore(update, controls, run=run)
 

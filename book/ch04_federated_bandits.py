@@ -100,19 +100,63 @@ import numpy as np
 
 import icmlbook
 
-run = icmlbook.start("04_federated_bandits", tier=tier, seed=seed, torch=False,
-                     params=dict(k=k, batch=batch, r_multiplier=r_multiplier, sg_eps=sg_eps))
+run = icmlbook.start(
+    "04_federated_bandits",
+    tier=tier,
+    seed=seed,
+    torch=False,
+    params=dict(k=k, batch=batch, r_multiplier=r_multiplier, sg_eps=sg_eps),
+)
 icmlbook.use_style()
 cfg = run.pick(
-    smoke=dict(n=20, pool=200, horizons=(1e4, 1e5), agents=(1, 4), reps=3, widget_reps=1,
-               widget_points=4, sg_reps=2, t_u=1e5, u_reps=2, vs_horizons=(1e4, 3e4), t_vs=3e4,
-               vs_reps=2, tune_reps=1),
-    default=dict(n=40, pool=500, horizons=(1e4, 3e4, 1e5, 3e5, 1e6), agents=(1, 2, 4, 8),
-                 reps=10, widget_reps=1, widget_points=6, sg_reps=5, t_u=1e6, u_reps=8,
-                 vs_horizons=(1e5, 3e5, 1e6), t_vs=3e5, vs_reps=10, tune_reps=3),
-    full=dict(n=40, pool=1000, horizons=(1e4, 1e5, 1e6, 1e7), agents=(1, 2, 4, 8, 16),
-              reps=30, widget_reps=2, widget_points=8, sg_reps=10, t_u=1e6, u_reps=20,
-              vs_horizons=(1e5, 3e5, 1e6, 1e7), t_vs=3e5, vs_reps=30, tune_reps=6),
+    smoke=dict(
+        n=20,
+        pool=200,
+        horizons=(1e4, 1e5),
+        agents=(1, 4),
+        reps=3,
+        widget_reps=1,
+        widget_points=4,
+        sg_reps=2,
+        t_u=1e5,
+        u_reps=2,
+        vs_horizons=(1e4, 3e4),
+        t_vs=3e4,
+        vs_reps=2,
+        tune_reps=1,
+    ),
+    default=dict(
+        n=40,
+        pool=500,
+        horizons=(1e4, 3e4, 1e5, 3e5, 1e6),
+        agents=(1, 2, 4, 8),
+        reps=10,
+        widget_reps=1,
+        widget_points=6,
+        sg_reps=5,
+        t_u=1e6,
+        u_reps=8,
+        vs_horizons=(1e5, 3e5, 1e6),
+        t_vs=3e5,
+        vs_reps=10,
+        tune_reps=3,
+    ),
+    full=dict(
+        n=40,
+        pool=1000,
+        horizons=(1e4, 1e5, 1e6, 1e7),
+        agents=(1, 2, 4, 8, 16),
+        reps=30,
+        widget_reps=2,
+        widget_points=8,
+        sg_reps=10,
+        t_u=1e6,
+        u_reps=20,
+        vs_horizons=(1e5, 3e5, 1e6, 1e7),
+        t_vs=3e5,
+        vs_reps=30,
+        tune_reps=6,
+    ),
 )
 ALPHA_GREEDY = 1 - 1 / e  # greedy's approximation ratio for monotone submodular f
 print(f"tier {tier}: n = {cfg.n} candidate images, k = {k}, pool of {cfg.pool} images, "
@@ -127,12 +171,14 @@ print(f"tier {tier}: n = {cfg.n} candidate images, k = {k}, pool of {cfg.pool} i
 
 # %% tags=["hide-input"]
 def agent_colour(m):
-    """C-MA-MAB's colour for m agents: a blue that darkens with log2(m) (m = 1 ... 32)."""
+    """C-MA-MAB's colour for m agents: a blue that darkens with log2(m) (m = 1 ... 32).
+    """
     return plt.cm.Blues(0.45 + 0.5 * min(log2(m) / 5, 1.0))
 
 
 colour = {"tuned": "C2", "non-cooperating": "C4", "elimination, tuned": "C1",
-          "elimination, Hoeffding": "C3", "random": "0.5"}  # teal, purple, red, yellow, grey
+          # teal, purple, red, yellow, grey
+          "elimination, Hoeffding": "C3", "random": "0.5"}
 
 # %% [markdown]
 # ## The problem: stochastic data summarisation
@@ -165,12 +211,15 @@ def load_digits_csv():
     the scikit-learn package, which saves the second it takes to import scikit-learn.
     """
     sklearn_dir = Path(importlib.util.find_spec("sklearn").origin).parent
-    data = np.loadtxt(sklearn_dir / "datasets" / "data" / "digits.csv.gz", delimiter=",")
+    data = np.loadtxt(
+        sklearn_dir / "datasets" / "data" / "digits.csv.gz", delimiter=","
+    )
     return data[:, :-1], data[:, -1].astype(int)
 
 
 def digits_problem(n, pool, rng):
-    """Similarity matrix (pool x n) between pool images and n candidate exemplars (Eq. 1)."""
+    """Similarity matrix (pool x n) between pool images and n candidate exemplars (Eq.
+    1)."""
     X, y = load_digits_csv()
     X = X / 16.0
     perm = rng.permutation(len(X))
@@ -212,7 +261,8 @@ print(f"std of one play's reward for the best single exemplar (B = {batch}): "
 
 # %%
 def subset_moments(G, k, chunk=4000):
-    """Every k-subset (itertools.combinations order), its f(S) (Eq. 1) and the std of g_S."""
+    """Every k-subset (itertools.combinations order), its f(S) (Eq. 1) and the std of
+    g_S."""
     n = G.shape[1]
     combos = np.array(list(itertools.combinations(range(n), k)), dtype=np.int32)
     Gt = np.ascontiguousarray(G.T)
@@ -227,7 +277,10 @@ def subset_moments(G, k, chunk=4000):
 
 
 combos, all_values, all_stds = subset_moments(G, k)
-f_opt, S_opt = float(all_values.max()), tuple(int(x) for x in combos[np.argmax(all_values)])
+f_opt, S_opt = (
+    float(all_values.max()),
+    tuple(int(x) for x in combos[np.argmax(all_values)]),
+)
 print(f"f(OPT) = {f_opt:.4f} at {S_opt}; a uniformly random {k}-subset has mean value "
       f"{all_values.mean():.4f} ({all_values.mean() / f_opt:.3f} of OPT)")
 
@@ -257,7 +310,8 @@ print(f"f(OPT) = {f_opt:.4f} at {S_opt}; a uniformly random {k}-subset has mean 
 
 # %%
 def greedy(n, k, value):
-    """Eq. 3: add the item whose addition has the largest value; ties go to the lowest index."""
+    """Eq. 3: add the item whose addition has the largest value; ties go to the lowest
+    index."""
     S = []
     for _ in range(k):
         cands = [j for j in range(n) if j not in S]
@@ -272,7 +326,8 @@ def sg_sample_size(n, k, eps):
 
 
 def stochastic_greedy(n, k, eps, value, rng):
-    """Eq. 4: greedy over a random sample of R(eps) of the remaining items at each step."""
+    """Eq. 4: greedy over a random sample of R(eps) of the remaining items at each step.
+    """
     S = []
     for _ in range(k):
         rest = [j for j in range(n) if j not in S]
@@ -284,7 +339,8 @@ def stochastic_greedy(n, k, eps, value, rng):
 
 
 def n_queries(n, k, eps=None):
-    """Number of value queries N: greedy (eps None, Eq. 3) or stochastic greedy (Eq. 4)."""
+    """Number of value queries N: greedy (eps None, Eq. 3) or stochastic greedy (Eq. 4).
+    """
     if eps is None:
         return sum(n - i for i in range(k))
     return sum(min(sg_sample_size(n, k, eps), n - i) for i in range(k))
@@ -293,11 +349,13 @@ def n_queries(n, k, eps=None):
 # %%
 S_greedy = greedy(cfg.n, k, lambda S: f_value(G, S))
 f_greedy = f_value(G, S_greedy)
-print(f"exact greedy: {sorted(S_greedy)}, f = {f_greedy:.4f} = {f_greedy / f_opt:.4f} of "
+print(f"exact greedy: {sorted(S_greedy)}, f = {f_greedy:.4f} = {f_greedy / f_opt:.4f} "
+      f"of "
       f"OPT (guarantee {ALPHA_GREEDY:.3f}), {n_queries(cfg.n, k)} value queries")
 sg_vals = [f_value(G, stochastic_greedy(cfg.n, k, sg_eps, lambda S: f_value(G, S), rng))
            for _ in range(20)]
-print(f"exact stochastic greedy, eps = {sg_eps}: mean f = {np.mean(sg_vals) / f_opt:.4f} of "
+print(f"exact stochastic greedy, eps = {sg_eps}: mean f = "
+      f"{np.mean(sg_vals) / f_opt:.4f} of "
       f"OPT over 20 draws, {n_queries(cfg.n, k, sg_eps)} value queries")
 run.metric("f_opt", f_opt)
 run.metric("f_greedy_over_opt", f_greedy / f_opt);
@@ -367,14 +425,16 @@ run.metric("f_greedy_over_opt", f_greedy / f_opt);
 
 # %%
 def plays_per_query(T, m, N, k, mult=1.0):
-    """Eq. 6: plays per agent per query from the bound-optimal r* (times mult), clipped."""
+    """Eq. 6: plays per agent per query from the bound-optimal r* (times mult), clipped.
+    """
     delta, c = 2 * k, sqrt(log(T) / 2)
     r_star = mult * (T * delta * c * m / (2 * N)) ** (2 / 3)
     return int(max(1, min(ceil(r_star / m), T // N)))
 
 
 def regret_bound(T, m, N, k, eps, mult=1.0):
-    """Eq. 7 evaluated at the plays of Eq. 6: exploration + estimation + approximation."""
+    """Eq. 7 evaluated at the plays of Eq. 6: exploration + estimation + approximation.
+    """
     p = plays_per_query(T, m, N, k, mult)
     return N * p + T * 2 * k * sqrt(log(T) / 2) / sqrt(m * p) + eps * T
 
@@ -403,7 +463,8 @@ def cmamab(G, k, T, m, batch, rng, algo="greedy", eps=None, mult=1.0, plays=None
         eps = choose_eps(T, m, n, k)
     N = n_queries(n, k, eps)
     if T < N:
-        raise ValueError(f"horizon T = {T} is shorter than the {N} queries of the algorithm")
+        raise ValueError(f"horizon T = {T} is shorter than the {N} queries of the "
+                         f"algorithm")
     p = plays_per_query(T, m, N, k, mult) if plays is None else int(plays)
     queried = []
 
@@ -411,15 +472,30 @@ def cmamab(G, k, T, m, batch, rng, algo="greedy", eps=None, mult=1.0, plays=None
         queried.append(f_value(G, S))
         return sampler(G, S, m * p, batch, rng)
 
-    omega = greedy(n, k, value) if algo == "greedy" else stochastic_greedy(n, k, eps, value, rng)
+    omega = (
+        greedy(n, k, value)
+        if algo == "greedy"
+        else stochastic_greedy(n, k, eps, value, rng)
+    )
     q = len(queried)
     comm = q + 1 if sync_every is None else q * ceil(p / sync_every) + 1
-    return dict(T=T, m=m, omega=sorted(omega), f_omega=f_value(G, omega), plays=p,
-                queries=q, explore=q * p, query_values=np.array(queried), comm=comm, eps=eps)
+    return dict(
+        T=T,
+        m=m,
+        omega=sorted(omega),
+        f_omega=f_value(G, omega),
+        plays=p,
+        queries=q,
+        explore=q * p,
+        query_values=np.array(queried),
+        comm=comm,
+        eps=eps,
+    )
 
 
 def pseudo_regret(res, f_ref):
-    """Per-agent regret (Eq. 5) against a reference value f_ref, from expected values."""
+    """Per-agent regret (Eq. 5) against a reference value f_ref, from expected values.
+    """
     explore = res["plays"] * float(np.sum(f_ref - res["query_values"]))
     return explore + (res["T"] - res["explore"]) * (f_ref - res["f_omega"])
 
@@ -443,7 +519,8 @@ def pseudo_regret(res, f_ref):
 # %%
 demo = cmamab(G, k, 10**6, 4, batch, rng, mult=r_multiplier)
 print(f"T = 1e6, m = 4: {demo['queries']} queries x {demo['plays']} plays per agent = "
-      f"{demo['explore']:,} exploration rounds per agent ({demo['explore'] / 1e6:.1%} of T); "
+      f"{demo['explore']:,} exploration rounds per agent ({demo['explore'] / 1e6:.1%} "
+      f"of T); "
       f"{demo['comm']} communication rounds")
 print(f"committed summary {demo['omega']} (exact greedy {sorted(S_greedy)}, OPT "
       f"{list(S_opt)}): f = {demo['f_omega'] / f_opt:.4f} of OPT")
@@ -487,7 +564,8 @@ for name, ref in [("R_A (vs exact greedy)", f_greedy), ("1-regret (vs OPT)", f_o
 
 # %%
 def mean_of_plays_gaussian(mean, std, plays, batch, rng):
-    """The average of `plays` plays of many sets at once (Eq. 2), in its Gaussian limit."""
+    """The average of `plays` plays of many sets at once (Eq. 2), in its Gaussian limit.
+    """
     return mean + std / np.sqrt(plays * batch) * rng.standard_normal(len(mean))
 
 
@@ -499,18 +577,31 @@ def elimination(mean, std, T, batch, rng, c):
     committed subset's index and the number of phases (one communication round each).
     """
     if T < len(mean):
-        raise ValueError(f"horizon T = {T} cannot play each of the {len(mean)} subsets once")
+        raise ValueError(f"horizon T = {T} cannot play each of the {len(mean)} subsets "
+                         f"once")
     f_best = mean.max()
-    alive, sums, n, used, regret, phases = np.arange(len(mean)), np.zeros(len(mean)), 0, 0, 0.0, 0
+    alive, sums, n, used, regret, phases = (
+        np.arange(len(mean)),
+        np.zeros(len(mean)),
+        0,
+        0,
+        0.0,
+        0,
+    )
     while len(alive) > 1 and used + len(alive) <= T:
-        new = min(max(n, 1), (T - used) // len(alive))  # double the plays of each survivor
-        sums[alive] += new * mean_of_plays_gaussian(mean[alive], std[alive], new, batch, rng)
+        # double the plays of each survivor
+        new = min(max(n, 1), (T - used) // len(alive))
+        sums[alive] += new * mean_of_plays_gaussian(
+            mean[alive], std[alive], new, batch, rng
+        )
         n, used, phases = n + new, used + new * len(alive), phases + 1
         regret += new * float(np.sum(f_best - mean[alive]))
         avg, radius = sums[alive] / n, c * sqrt(log(T) / n)
         alive = alive[avg + radius >= np.max(avg - radius)]  # Eq. 9
     best = int(alive[np.argmax(sums[alive])])
-    return dict(regret=regret + (T - used) * (f_best - mean[best]), arm=best, phases=phases)
+    return dict(
+        regret=regret + (T - used) * (f_best - mean[best]), arm=best, phases=phases
+    )
 
 
 # %% [markdown]
@@ -550,7 +641,8 @@ def loglog_slope(x, y):
 
 slope_T = loglog_slope(H, mean_A[0])
 slope_m = loglog_slope(M, mean_A[:, -1])
-print(f"slope of log R_A vs log T (m = 1): {slope_T:.3f}   (theory 2/3, plus a log factor)")
+print(f"slope of log R_A vs log T (m = 1): {slope_T:.3f}   (theory 2/3, plus a log "
+      f"factor)")
 print(f"slope of log R_A vs log m (T = {H[-1]:.0e}): {slope_m:.3f}   (theory -1/3)")
 
 # %% tags=["hide-input"]
@@ -596,7 +688,8 @@ plt.show()
 # ### Communication, exploration and quality
 
 # %%
-print(f"{'m':>3} {'T':>8} | {'comm rounds':>11} {'explore/agent':>13} {'explore / T':>11} | "
+print(f"{'m':>3} {'T':>8} | {'comm rounds':>11} {'explore/agent':>13} "
+      f"{'explore / T':>11} | "
       f"{'R_A':>9} {'1-regret':>9} {'alpha-regret':>12} | {'f(Omega)/OPT min':>16}")
 for i, m in enumerate(M):
     for j, T in enumerate(H):
@@ -639,19 +732,27 @@ run.metric("comm_rounds", comm_rounds);
 # same for every $\mu$ and would only dilute the comparison.
 
 # %%
-MU_GRID = np.geomspace(1e-3, 10.0, 9)  # multipliers of r*: four decades, steps of sqrt(10)
+# multipliers of r*: four decades, steps of sqrt(10)
+MU_GRID = np.geomspace(1e-3, 10.0, 9)
 
 
 def u_saving(regret):
-    """Eq. 10: the share of the regret at the cheaper end of the grid that its best point saves."""
+    """Eq. 10: the share of the regret at the cheaper end of the grid that its best
+    point saves."""
     ends = min(regret[0], regret[-1])
     return 1.0 - float(np.min(regret)) / ends if ends > 0 else float("nan")
 
 
-u_runs = [[cmamab(G, k, int(cfg.t_u), 1, batch, rng, mult=mu) for _ in range(cfg.u_reps)]
-          for mu in MU_GRID]
-u_regret = np.array([np.mean([pseudo_regret(x, f_greedy) for x in rs]) for rs in u_runs])
-u_miss = np.array([np.mean([x["f_omega"] < f_greedy - 1e-12 for x in rs]) for rs in u_runs])
+u_runs = [
+    [cmamab(G, k, int(cfg.t_u), 1, batch, rng, mult=mu) for _ in range(cfg.u_reps)]
+    for mu in MU_GRID
+]
+u_regret = np.array(
+    [np.mean([pseudo_regret(x, f_greedy) for x in rs]) for rs in u_runs]
+)
+u_miss = np.array(
+    [np.mean([x["f_omega"] < f_greedy - 1e-12 for x in rs]) for rs in u_runs]
+)
 saving = u_saving(u_regret)
 i_one, i_best = int(np.argmin(np.abs(np.log(MU_GRID)))), int(np.argmin(u_regret))
 print(f"T = {cfg.t_u:.0e}, m = 1, {cfg.u_reps} runs per multiplier of r*:")
@@ -660,7 +761,8 @@ for mu, rs, R, miss in zip(MU_GRID, u_runs, u_regret, u_miss):
     print(f"{mu:>8.4f} {rs[0]['plays']:>11,} {R:>9,.0f} {miss:>27.0%}")
 print(f"saving of the best multiplier over the cheaper end (Eq. 10): {saving:.3f}")
 print(f"best multiplier {MU_GRID[i_best]:.3g}: our r* of Eq. 6 explores "
-      f"{1 / MU_GRID[i_best]:.0f}x too long here and has {u_regret[i_one] / u_regret[i_best]:.1f}x "
+      f"{1 / MU_GRID[i_best]:.0f}x too long here and has "
+      f"{u_regret[i_one] / u_regret[i_best]:.1f}x "
       f"the best regret")
 run.metric("u_regret_A", u_regret.round(1))
 run.metric("u_best_multiplier", float(MU_GRID[i_best]))
@@ -672,7 +774,8 @@ ax.loglog(MU_GRID, u_regret, "o-", color=agent_colour(1), label="C-MA-MAB, m = 1
 ax.axvline(1.0, color="k", ls="--", lw=1, label="$r^*$ of Eq. 6")
 ax.plot(MU_GRID[i_best], u_regret[i_best], "*", ms=14, color=colour["tuned"],
         label=f"best: $\\mu$ = {MU_GRID[i_best]:.2g}")
-for mu, R, miss in zip(MU_GRID, u_regret, u_miss):  # share of runs that commit below greedy
+# share of runs that commit below greedy
+for mu, R, miss in zip(MU_GRID, u_regret, u_miss):
     ax.annotate(f"{miss:.0%}", (mu, R), textcoords="offset points", xytext=(0, 6),
                 ha="center", fontsize=7, color="0.35")
 ax.set(xlabel="multiplier $\\mu$ of $r^*$", ylabel=f"regret $R_A$ at T = {cfg.t_u:.0e}",
@@ -717,11 +820,13 @@ plt.show()
 # constants ($\mu = 1$, $c = 1/\sqrt 2$).
 
 # %%
-RADIUS_GRID = (0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, sqrt(0.5))  # last: Hoeffding
+# last: Hoeffding
+RADIUS_GRID = (0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, sqrt(0.5))
 
 
 def tuned(knobs, regret_of, horizons, reps):
-    """The knob with the lowest geometric-mean regret over the horizons (`reps` runs each)."""
+    """The knob with the lowest geometric-mean regret over the horizons (`reps` runs
+    each)."""
     score = [sum(log(np.mean([regret_of(x, T) for _ in range(reps)])) for T in horizons)
              for x in knobs]
     return knobs[int(np.argmin(score))]
@@ -731,8 +836,14 @@ vrng = np.random.default_rng([seed, 1])  # the held-out split has its own random
 G_val = digits_problem(cfg.n, cfg.pool, vrng)[0]
 _, val_values, val_stds = subset_moments(G_val, k)
 H_vs = np.array(cfg.vs_horizons, dtype=float)
-mu_tuned = tuned(MU_GRID, lambda mu, T: pseudo_regret(
-    cmamab(G_val, k, int(T), 1, batch, vrng, mult=mu), val_values.max()), H_vs, cfg.tune_reps)
+mu_tuned = tuned(
+    MU_GRID,
+    lambda mu, T: pseudo_regret(
+        cmamab(G_val, k, int(T), 1, batch, vrng, mult=mu), val_values.max()
+    ),
+    H_vs,
+    cfg.tune_reps,
+)
 c_tuned = tuned(RADIUS_GRID, lambda c, T: elimination(
     val_values, val_stds, int(T), batch, vrng, c)["regret"], H_vs, cfg.tune_reps)
 print(f"tuned on the held-out split over T in {[f'{T:.0e}' for T in H_vs]}: "
@@ -745,10 +856,13 @@ vs_last = {}
 for T in H_vs:
     for name, play in [
         ("C-MA-MAB, r* of Eq. 6", lambda: cmamab(G, k, int(T), 1, batch, rng)),
-        ("C-MA-MAB, tuned r*", lambda: cmamab(G, k, int(T), 1, batch, rng, mult=mu_tuned)),
-        ("elimination, Hoeffding", lambda: elimination(all_values, all_stds, int(T), batch,
+        ("C-MA-MAB, tuned "
+         "r*", lambda: cmamab(G, k, int(T), 1, batch, rng, mult=mu_tuned)),
+        ("elimination, "
+         "Hoeffding", lambda: elimination(all_values, all_stds, int(T), batch,
                                                        rng, sqrt(0.5))),
-        ("elimination, tuned", lambda: elimination(all_values, all_stds, int(T), batch, rng,
+        ("elimination, "
+         "tuned", lambda: elimination(all_values, all_stds, int(T), batch, rng,
                                                    c_tuned)),
     ]:
         runs = [play() for _ in range(cfg.vs_reps)]
@@ -759,7 +873,8 @@ vs_regret = {name: np.array(v) for name, v in vs_methods.items()}
 i_vs = int(np.argmin(np.abs(H_vs - cfg.t_vs)))
 vs_ratio = vs_regret["elimination, tuned"] / vs_regret["C-MA-MAB, tuned r*"]
 sweep_cost = float(np.sum(f_opt - all_values))
-print(f"1-regret (vs OPT), m = 1, mean of {cfg.vs_reps} runs; K = {len(all_values):,} subsets, "
+print(f"1-regret (vs OPT), m = 1, mean of {cfg.vs_reps} runs; K = {len(all_values):,} "
+      f"subsets, "
       f"one sweep of all of them costs {sweep_cost:,.0f}")
 print(f"{'T':>8} {'T / K':>6} | " + " ".join(f"{name:>23}" for name in vs_regret)
       + " | elimination / C-MA-MAB, tuned")
@@ -767,7 +882,8 @@ for j, T in enumerate(H_vs):
     print(f"{T:>8.0e} {T / len(all_values):>6.1f} | "
           + " ".join(f"{vs_regret[name][j]:>23,.0f}" for name in vs_regret)
           + f" | {vs_ratio[j]:>6.2f}")
-print(f"greedy misses OPT by {1 - f_greedy / f_opt:.2%} on this split, which alone costs "
+print(f"greedy misses OPT by {1 - f_greedy / f_opt:.2%} on this split, which alone "
+      f"costs "
       f"C-MA-MAB {H_vs[-1] * (f_opt - f_greedy):,.0f} at T = {H_vs[-1]:.0e}")
 run.metric("vs_ratio_tuned", vs_ratio.round(4))
 run.metric("vs_ratio_untuned", (vs_regret["elimination, Hoeffding"]
@@ -777,7 +893,8 @@ run.metric("vs_c_tuned", float(c_tuned));
 
 # %% tags=["hide-input"]
 fig, ax = plt.subplots(figsize=(5.6, 3.6))
-styles = {"C-MA-MAB, r* of Eq. 6": agent_colour(1), "C-MA-MAB, tuned r*": colour["tuned"],
+styles = {"C-MA-MAB, r* of Eq. "
+          "6": agent_colour(1), "C-MA-MAB, tuned r*": colour["tuned"],
           "elimination, Hoeffding": colour["elimination, Hoeffding"],
           "elimination, tuned": colour["elimination, tuned"]}
 for name, R in vs_regret.items():
@@ -810,7 +927,8 @@ plt.show()
 
 # %% tags=["hide-input"]
 def draw_summaries(ax, sets, names, images):
-    """Draw each set of candidate images as a row of 8x8 digit thumbnails, in one image."""
+    """Draw each set of candidate images as a row of 8x8 digit thumbnails, in one image.
+    """
     k_max = max(len(S) for S in sets)
     mosaic = np.full((9 * len(sets) - 1, 9 * k_max - 1), np.nan)
     for r, S in enumerate(sets):
@@ -824,14 +942,20 @@ def draw_summaries(ax, sets, names, images):
         spine.set_visible(False)
 
 
-elim_pick = sorted(int(x) for x in combos[vs_last["elimination, tuned", H_vs[i_vs]]["arm"]])
+elim_pick = sorted(int(x) for x in combos[vs_last["elimination, "
+                                                  "tuned", H_vs[i_vs]]["arm"]])
 rows = [(list(S_opt), "OPT"), (sorted(S_greedy), "exact greedy"),
         (u_runs[i_one][-1]["omega"], "C-MA-MAB, r*"), (u_runs[0][-1]["omega"],
-                                                       f"C-MA-MAB, r* x {MU_GRID[0]:g}"),
+                                                       f"C-MA-MAB, r* x "
+                                                       f"{MU_GRID[0]:g}"),
         (elim_pick, "elimination")]
 fig, ax = plt.subplots(figsize=(0.55 * k + 2.2, 3.4))
-draw_summaries(ax, [S for S, _ in rows],
-               [f"{name}\n{f_value(G, S) / f_opt:.3f}" for S, name in rows], cand_images)
+draw_summaries(
+    ax,
+    [S for S, _ in rows],
+    [f"{name}\n{f_value(G, S) / f_opt:.3f}" for S, name in rows],
+    cand_images,
+)
 ax.set_title("summaries (value / OPT)")
 plt.show()
 
@@ -846,7 +970,8 @@ plt.show()
 # %%
 sg_rows = []
 for T in H:
-    for label, eps in [("greedy", None), ("SG, eps from bound", None), ("SG, fixed eps", sg_eps)]:
+    for label, eps in [("greedy", None), ("SG, eps from "
+                                          "bound", None), ("SG, fixed eps", sg_eps)]:
         algo = "greedy" if label == "greedy" else "sg"
         rs = [cmamab(G, k, int(T), 1, batch, rng, algo=algo, eps=eps, mult=r_multiplier)
               for _ in range(cfg.sg_reps)]
@@ -897,42 +1022,64 @@ for T, label, eps, comm, reg, q in sg_rows:
 # Eq. 6 explores enough at our noise level).
 
 # %% tags=["thresholds"]
-C_U_SAVING = 0.5  # Eq. 10 saving (both ends >= 2x the best); measured 0.67-0.98 on seeds 0-19 (default), 0.04-0.27 when broken
-C_VS_ELIM = 1.0  # tuned elimination's 1-regret / tuned C-MA-MAB's at t_vs: "lower regret"; measured 1.19-4.6 on seeds 0-29
-C_SLOPE_TOL = 0.11  # |slope - 2/3| in T and |slope + 1/3| in m; the earlier bars [0.58, 0.78], [-0.42, -0.25]
+# Eq. 10 saving (both ends >= 2x the best); measured 0.67-0.98 on seeds 0-19 (default),
+# 0.04-0.27 when broken
+C_U_SAVING = 0.5
+# tuned elimination's 1-regret / tuned C-MA-MAB's at t_vs: "lower regret"; measured
+# 1.19-4.6 on seeds 0-29
+C_VS_ELIM = 1.0
+# |slope - 2/3| in T and |slope + 1/3| in m; the earlier bars [0.58, 0.78], [-0.42,
+# -0.25]
+C_SLOPE_TOL = 0.11
 C_COUNT = 0  # communication rounds - (N + 1): exact by counting (Eq. 8)
-C_NOISELESS = 1e-12  # |f(Omega) - f(exact greedy)| with noise-free estimates: rounding only
-C_GREEDY_RATIO = 0.632  # exact greedy / OPT: Nemhauser, Wolsey and Fisher's 1 - 1/e (Eq. 3), rounded down
-C_COMMIT = 0.99  # mean f(Omega) / f(exact greedy) at T >= 1e5; measured >= 0.999 on seeds 0-19, 0.94-0.96 with one play per query
+# |f(Omega) - f(exact greedy)| with noise-free estimates: rounding only
+C_NOISELESS = 1e-12
+# exact greedy / OPT: Nemhauser, Wolsey and Fisher's 1 - 1/e (Eq. 3), rounded down
+C_GREEDY_RATIO = 0.632
+# mean f(Omega) / f(exact greedy) at T >= 1e5; measured >= 0.999 on seeds 0-19,
+# 0.94-0.96 with one play per query
+C_COMMIT = 0.99
 
 # %%
-run.claim("r* trade-off: saving of the best multiplier (Eq. 10)", saving, ">=", C_U_SAVING,
-          "Exploring much less or much more than r* costs regret: R_A is U-shaped in the "
+run.claim("r* trade-off: saving of the best multiplier (Eq. "
+          "10)", saving, ">=", C_U_SAVING,
+          "Exploring much less or much more than r* costs regret: R_A is U-shaped in "
+          "the "
           "multiplier of r*", versus="ablation",
           against="C-MA-MAB with r* times 1e-3 and times 10 (the ends of MU_GRID)")
 run.claim("elimination / C-MA-MAB, 1-regret at t_vs", vs_ratio[i_vs], ">=", C_VS_ELIM,
-          "With both methods tuned on a held-out split, C-MA-MAB has lower regret than a "
+          "With both methods tuned on a held-out split, C-MA-MAB has lower regret than "
+          "a "
           "bandit over all k-subsets", versus="baseline",
-          against="successive elimination over all C(n, k) subsets, radius tuned on the "
+          against="successive elimination over all C(n, k) subsets, radius tuned on "
+                  "the "
                   "held-out split")
 
 noiseless = cmamab(G, k, 10**12, 2, batch, rng, plays=10**9)
 big_T = H >= 1e5
 n_greedy_queries = n_queries(cfg.n, k)
-run.check("slope of R_A vs T, distance from 2/3", abs(slope_T - 2 / 3), "<=", C_SLOPE_TOL,
+run.check("slope of R_A vs T, distance from "
+          "2/3", abs(slope_T - 2 / 3), "<=", C_SLOPE_TOL,
           "Eq. 6's exploration, N r*/m ~ T^(2/3), sets the slope in T")
-run.check("slope of R_A vs m, distance from -1/3", abs(slope_m + 1 / 3), "<=", C_SLOPE_TOL,
+run.check("slope of R_A vs m, distance from "
+          "-1/3", abs(slope_m + 1 / 3), "<=", C_SLOPE_TOL,
           "Eq. 6's exploration per agent, r*/m ~ m^(-1/3), sets the slope in m")
-run.check("comm rounds - (N + 1), worst cell", np.abs(comm_rounds - (n_greedy_queries + 1)).max(),
-          "<=", C_COUNT, "one communication round per query plus one (Eq. 8), for every T and m")
+run.check("comm rounds - (N + 1), worst "
+          "cell", np.abs(comm_rounds - (n_greedy_queries + 1)).max(),
+          "<=", C_COUNT, "one communication round per query plus one (Eq. 8), for "
+                         "every T and m")
 run.check("noise-free estimates: |f(Omega) - f(greedy)|",
           abs(noiseless["f_omega"] - f_greedy), "<=", C_NOISELESS,
           "with r* -> infinity C-MA-MAB commits to the exact offline output")
 run.check("exact greedy / OPT", f_greedy / f_opt, ">=", C_GREEDY_RATIO,
           "greedy meets its (1 - 1/e) guarantee (brute force vs Eq. 3)")
-run.check("mean f(Omega) / f(exact greedy), T >= 1e5",
-          quality[:, big_T].mean() * f_opt / f_greedy if big_T.any() else np.nan, ">=", C_COMMIT,
-          "Eq. 6 explores enough to commit to greedy's answer at our noise level")
+run.check(
+    "mean f(Omega) / f(exact greedy), T >= 1e5",
+    quality[:, big_T].mean() * f_opt / f_greedy if big_T.any() else np.nan,
+    ">=",
+    C_COMMIT,
+    "Eq. 6 explores enough to commit to greedy's answer at our noise level",
+)
 run.metric("slope_T", slope_T)
 run.metric("slope_m", slope_m)
 run.metric("speedup_ratios", (mean_A[:, -1] / mean_A[0, -1]).round(4));
@@ -986,7 +1133,8 @@ half = [pseudo_regret(cmamab(G, k, int(cfg.t_vs), 1, batch, rng,
 print(f"leaked exact values: saving (Eq. 10) = {u_saving(np.array(broken_u)):.3f} "
       f"(claim 1 needs >= {C_U_SAVING})")
 print(f"exploring half the horizon: elimination / C-MA-MAB at T = {cfg.t_vs:.0e} = "
-      f"{vs_regret['elimination, tuned'][i_vs] / np.mean(half):.3f} (claim 2 needs >= {C_VS_ELIM})")
+      f"{vs_regret['elimination, tuned'][i_vs] / np.mean(half):.3f} (claim 2 needs >= "
+      f"{C_VS_ELIM})")
 print(f"non-cooperating agents: slope of regret vs m = {loglog_slope(M, solo):.3f}")
 
 # %% [markdown]
@@ -1026,20 +1174,31 @@ def update(m, T_max, algorithm, eps, multiplier, B, noise_seed):
     for i, mm in enumerate(sorted({1, int(m)})):
         reg = []
         for T in T_grid:
-            rs = [cmamab(G, k, int(T), mm, B, wrng, algo=algo, eps=e_fixed, mult=multiplier)
-                  for _ in range(cfg.widget_reps)]
+            rs = [
+                cmamab(
+                    G, k, int(T), mm, B, wrng, algo=algo, eps=e_fixed, mult=multiplier
+                )
+                for _ in range(cfg.widget_reps)
+            ]
             reg.append(max(np.mean([pseudo_regret(x, f_greedy) for x in rs]), 1e-9))
             last = rs[-1]
         ok = np.array(reg) > 1e-6
         s = loglog_slope(T_grid[ok], np.array(reg)[ok]) if ok.sum() >= 2 else np.nan
-        ax.loglog(T_grid, reg, "o-", color=agent_colour(mm), label=f"m = {mm} (slope {s:.2f})")
-    ax.loglog(T_grid, reg[0] * (T_grid / T_grid[0]) ** (2 / 3), "k--", lw=1, label="slope 2/3")
+        ax.loglog(T_grid, reg, "o-", color=agent_colour(mm), label=f"m = {mm} (slope "
+                                                                   f"{s:.2f})")
+    ax.loglog(
+        T_grid, reg[0] * (T_grid / T_grid[0]) ** (2 / 3), "k--", lw=1, label="slope 2/3"
+    )
     ax.set(xlabel="horizon T", ylabel="per-agent regret vs exact greedy",
            title=f"explore {last['explore']:,} of {int(T_grid[-1]):,} rounds; "
                  f"{last['comm']} comm rounds")
     ax.legend(loc="upper left")
-    draw_summaries(ax_img, [list(S_opt), last["omega"]],
-                   ["OPT\n1.000", f"m = {int(m)}\n{last['f_omega'] / f_opt:.3f}"], cand_images)
+    draw_summaries(
+        ax_img,
+        [list(S_opt), last["omega"]],
+        ["OPT\n1.000", f"m = {int(m)}\n{last['f_omega'] / f_opt:.3f}"],
+        cand_images,
+    )
     ax_img.set_title(f"committed at T = {int(T_grid[-1]):,} (value / OPT)")
     plt.show()
 

@@ -50,7 +50,8 @@
 # %% tags=["parameters"]
 tier = "default"  # smoke | default | full: size of the experiment
 seed = 0  # drives every random number in the chapter
-alpha = 0.1  # target miscoverage of the showcase stream (the claims sweep 0.05, 0.1, 0.2)
+# target miscoverage of the showcase stream (the claims sweep 0.05, 0.1, 0.2)
+alpha = 0.1
 initial_wealth = 1.0  # KT's starting wealth epsilon, in units of the scores
 window = 500  # length of the window for local (rolling) coverage
 
@@ -75,8 +76,13 @@ import numpy as np
 import matplotlib.pyplot as plt
 import icmlbook
 
-run = icmlbook.start("05_conformal_betting", tier=tier, seed=seed, torch=False,
-                     params=dict(alpha=alpha, initial_wealth=initial_wealth, window=window))
+run = icmlbook.start(
+    "05_conformal_betting",
+    tier=tier,
+    seed=seed,
+    torch=False,
+    params=dict(alpha=alpha, initial_wealth=initial_wealth, window=window),
+)
 icmlbook.use_style()
 cfg = run.pick(
     smoke=dict(T=3000, rate_T=5000, rate_reps=2, widget_T=800, eta_grid=9),
@@ -86,8 +92,10 @@ cfg = run.pick(
 ALPHAS = (0.05, 0.1, 0.2)  # miscoverage levels of the claim sweep
 SCALES = (0.01, 1.0, 100.0)  # score-scale multipliers of the claim sweep
 SIGMAS = (1.0, 5.0, 0.5)  # noise level of the three segments (two changepoints)
-TUNE_TOL = 0.015  # a learning rate counts as valid when its long-run gap is at most this
-COLOURS = {"KT": "C0", "ONS": "C1", "OGD": "C2", "SF-OGD": "C3"}  # one colour per method
+# a learning rate counts as valid when its long-run gap is at most this
+TUNE_TOL = 0.015
+# one colour per method
+COLOURS = {"KT": "C0", "ONS": "C1", "OGD": "C2", "SF-OGD": "C3"}
 print(f"tier {tier}: T = {cfg.T} steps per stream, {len(ALPHAS) * len(SCALES)} streams "
       f"in the sweep, OGD grid of {cfg.eta_grid} learning rates")
 
@@ -166,7 +174,8 @@ print(f"tier {tier}: T = {cfg.T} steps per stream, {len(ALPHAS) * len(SCALES)} s
 
 # %%
 def kt_aci(scores, alpha, eps=1.0):
-    """KT-ACI: radii s_t and wealth W_t (W_0 = eps) of the Krichevsky-Trofimov bettor."""
+    """KT-ACI: radii s_t and wealth W_t (W_0 = eps) of the Krichevsky-Trofimov bettor.
+    """
     scores = np.asarray(scores, dtype=float)
     T = len(scores)
     radius = np.empty_like(scores)
@@ -174,7 +183,8 @@ def kt_aci(scores, alpha, eps=1.0):
     wealth[0] = eps
     coin_sum = np.zeros(scores.shape[1:])
     for t in range(T):  # t is 0-based: the step number of the paper is t + 1
-        beta = coin_sum / (t + 1)  # Eq. 6: mean of the past coins, divided by the step number
+        # Eq. 6: mean of the past coins, divided by the step number
+        beta = coin_sum / (t + 1)
         radius[t] = beta * wealth[t]  # Eq. 5: the bet, fixed before scores[t] is seen
         coin = (scores[t] > radius[t]) - alpha  # Eqs. 1 and 4: c_t = err_t - alpha
         wealth[t + 1] = wealth[t] + coin * radius[t]  # Eq. 5: wealth update
@@ -192,7 +202,8 @@ def kt_aci(scores, alpha, eps=1.0):
 from math import comb
 
 T_check = 30
-always_miss = np.full(T_check, np.inf)  # every step a miss; with alpha = 0 every coin is 1
+# every step a miss; with alpha = 0 every coin is 1
+always_miss = np.full(T_check, np.inf)
 print("KT wealth after 30 coins of 1:", kt_aci(always_miss, alpha=0.0, eps=1.0)[1][-1],
       " closed form C(60,30)/2^30:", comb(2 * T_check, T_check) / 2**T_check)
 
@@ -204,7 +215,8 @@ ONS_STEP = 2.0 / (2.0 - np.log(3.0))  # the ONS constant of Cutkosky & Orabona (
 
 
 def ons_aci(scores, alpha, eps=1.0):
-    """ONS-ACI: the betting fraction v_t follows an Online Newton Step on -ln(1 + c v)."""
+    """ONS-ACI: the betting fraction v_t follows an Online Newton Step on -ln(1 + c v).
+    """
     scores = np.asarray(scores, dtype=float)
     T = len(scores)
     radius = np.empty_like(scores)
@@ -294,8 +306,12 @@ def oracle_width(scores, segments, alpha):
 
     ``scores`` is one stream (T,) with a scalar alpha, or (T, B) with B alphas."""
     if np.ndim(scores) == 2:
-        return np.array([oracle_width(scores[:, b], segments, a)
-                         for b, a in enumerate(np.broadcast_to(alpha, scores.shape[1:]))])
+        return np.array(
+            [
+                oracle_width(scores[:, b], segments, a)
+                for b, a in enumerate(np.broadcast_to(alpha, scores.shape[1:]))
+            ]
+        )
     q = np.empty_like(scores)
     for k in np.unique(segments):
         q[segments == k] = np.quantile(scores[segments == k], 1 - alpha)
@@ -325,7 +341,8 @@ def rolling_coverage(scores, radius, w):
 
 # %%
 def ar1_changepoint_scores(T, rng, sigmas=SIGMAS, phi=0.8):
-    """Scores |y_{t+1} - y_t| of the naive forecaster and the segment index of each step."""
+    """Scores |y_{t+1} - y_t| of the naive forecaster and the segment index of each
+    step."""
     segments = np.minimum(np.arange(T) * len(sigmas) // T, len(sigmas) - 1)
     noise = np.asarray(sigmas, dtype=float)[segments] * rng.standard_normal(T)
     y = np.zeros(T + 1)
@@ -378,7 +395,9 @@ axes[0].set(ylabel="radius $s_t$", ylim=(0, np.quantile(base_scores, 0.995) * 1.
 axes[0].legend(ncol=5, loc="upper left")
 t_roll = np.arange(window - 1, cfg.T)
 for name, r in reversed(list(showcase.items())):
-    axes[1].plot(t_roll, rolling_coverage(base_scores, r, window), lw=1, color=COLOURS[name])
+    axes[1].plot(
+        t_roll, rolling_coverage(base_scores, r, window), lw=1, color=COLOURS[name]
+    )
 axes[1].axhline(1 - alpha, color="k", ls="--", lw=1)
 axes[1].set(ylabel=f"coverage\n(window {window})")
 axes[2].semilogy(kt_wealth, color=COLOURS["KT"])
@@ -397,8 +416,10 @@ plt.show()
 # faster. The paper's guarantee, and our claims, are about long-run coverage.
 
 # %%
-local_dev = {name: float(np.max(np.abs(rolling_coverage(base_scores, r, window) - (1 - alpha))))
-             for name, r in showcase.items()}
+local_dev = {
+    name: float(np.max(np.abs(rolling_coverage(base_scores, r, window) - (1 - alpha))))
+    for name, r in showcase.items()
+}
 for name, d in local_dev.items():
     print(f"{name:<14} worst local coverage deviation (window {window}): {d:.3f}")
 run.metric("local_coverage_deviation", local_dev);
@@ -425,7 +446,9 @@ slope = np.polyfit(np.log(t_axis[late]), np.log(mean_gap[late]), 1)[0]
 
 fig, ax = plt.subplots(figsize=(5, 3))
 ax.loglog(t_axis, running_gap, lw=0.3, color="0.75")
-ax.loglog(t_axis, mean_gap, color=COLOURS["KT"], label=f"KT, mean of {cfg.rate_reps} streams")
+ax.loglog(
+    t_axis, mean_gap, color=COLOURS["KT"], label=f"KT, mean of {cfg.rate_reps} streams"
+)
 ref = np.sqrt(np.log(t_axis + 1) / t_axis)
 anchor = cfg.rate_T // 100
 ax.loglog(t_axis, ref * mean_gap[anchor] / ref[anchor], "k--", lw=1,
@@ -433,8 +456,10 @@ ax.loglog(t_axis, ref * mean_gap[anchor] / ref[anchor], "k--", lw=1,
 ax.set(xlabel="T", ylabel=r"$|\overline{\mathrm{err}}_T - \alpha|$", ylim=(1e-4, 1))
 ax.legend()
 plt.show()
-print(f"fitted log-log slope of the mean gap over t >= {cfg.rate_T // 100}: {slope:.2f} "
-      f"(Eq. 7: about -0.5)")
+print(
+    f"fitted log-log slope of the mean gap over t >= {cfg.rate_T // 100}: {slope:.2f} "
+    f"(Eq. 7: about -0.5)"
+)
 run.metric("rate_slope", float(slope));
 
 # %% [markdown]
@@ -468,18 +493,30 @@ for e in eta_rel:  # one rate (relative to each stream's scale) at a time
     grid_gap.append(miscoverage_gap(sweep_scores, r, alpha_col))
     grid_excess.append(excess_width(sweep_scores, segments, r))
 grid_gap, grid_excess = np.array(grid_gap), np.array(grid_excess)  # (grid, 9)
-excess["OGD, tuned per stream"] = np.where(grid_gap <= TUNE_TOL, grid_excess, np.inf).min(axis=0)
+excess["OGD, tuned per stream"] = np.where(
+    grid_gap <= TUNE_TOL, grid_excess, np.inf
+).min(axis=0)
 
-print(f"{'scale':>6} {'alpha':>5} | {'gap KT':>7} {'gap ONS':>7} {'gap SF':>7} | excess width: "
-      f"{'KT':>6} {'ONS':>6} {'SF-OGD':>6} {'OGD tuned':>9}")
+print(
+    f"{'scale':>6} {'alpha':>5} | {'gap KT':>7} {'gap ONS':>7} {'gap SF':>7} | excess "
+    f"width: "
+    f"{'KT':>6} {'ONS':>6} {'SF-OGD':>6} {'OGD tuned':>9}"
+)
 for b in range(len(scale_col)):
-    print(f"{scale_col[b]:>6g} {alpha_col[b]:>5g} | {gap['KT'][b]:>7.4f} {gap['ONS'][b]:>7.4f} "
-          f"{gap['SF-OGD'][b]:>7.4f} | {'':>13} {excess['KT'][b]:>6.3f} {excess['ONS'][b]:>6.3f} "
-          f"{excess['SF-OGD'][b]:>6.3f} {excess['OGD, tuned per stream'][b]:>9.3f}")
+    print(
+        f"{scale_col[b]:>6g} {alpha_col[b]:>5g} | {gap['KT'][b]:>7.4f} "
+        f"{gap['ONS'][b]:>7.4f} "
+        f"{gap['SF-OGD'][b]:>7.4f} | {'':>13} {excess['KT'][b]:>6.3f} "
+        f"{excess['ONS'][b]:>6.3f} "
+        f"{excess['SF-OGD'][b]:>6.3f} {excess['OGD, tuned per stream'][b]:>9.3f}"
+    )
 kt_vs_sf = float(np.max(excess["KT"] / excess["SF-OGD"]))
 kt_vs_tuned = float(np.max(excess["KT"] / excess["OGD, tuned per stream"]))
-print(f"worst stream: KT's excess width is {kt_vs_sf:.3f} x SF-OGD's and {kt_vs_tuned:.3f} x "
-      f"tuned OGD's; worst gap KT {gap['KT'].max():.4f}, SF-OGD {gap['SF-OGD'].max():.4f}")
+print(
+    f"worst stream: KT's excess width is {kt_vs_sf:.3f} x SF-OGD's and "
+    f"{kt_vs_tuned:.3f} x "
+    f"tuned OGD's; worst gap KT {gap['KT'].max():.4f}, SF-OGD {gap['SF-OGD'].max():.4f}"
+)
 
 # %% [markdown]
 # Two things to read off the table. KT's excess width matches SF-OGD's, which was told
@@ -513,8 +550,10 @@ def best_single_rate(scores, alphas, etas, reference_width, tol):
 eta_abs = np.logspace(-3, 3, 4 * 6 + 1)  # absolute rates, 1e-3 .. 1e3
 one_eta, one_rate_ratio = best_single_rate(sweep_scores, alpha_col, eta_abs,
                                            mean_width(sweep_r["KT"]), TUNE_TOL)
-print(f"best single learning rate for all nine streams: eta = {one_eta:.3g}; its widest "
-      f"stream is {one_rate_ratio:.1f} x KT's width")
+print(
+    f"best single learning rate for all nine streams: eta = {one_eta:.3g}; its widest "
+    f"stream is {one_rate_ratio:.1f} x KT's width"
+)
 
 # %% [markdown]
 # ### What one learning rate does at three scales
@@ -544,10 +583,20 @@ for ax, scale in zip(axes, SCALES):
         r = ogd_aci(sc, 0.1, eta)
         fragility[(scale, eta)] = (float(miscoverage_gap(sc, r, 0.1)),
                                    float(mean_width(r) / mean_width(kt_s)))
-        ax.plot(moving_mean(np.maximum(r, 0)) / scale, lw=1, color=COLOURS["OGD"], ls=ls,
-                label=f"OGD $\\eta$={eta:.3g}")
-    ax.plot(moving_mean(np.maximum(kt_s, 0)) / scale, lw=1.2, color=COLOURS["KT"], label="KT",
-            zorder=4)
+        ax.plot(
+            moving_mean(np.maximum(r, 0)) / scale,
+            lw=1,
+            color=COLOURS["OGD"],
+            ls=ls,
+            label=f"OGD $\\eta$={eta:.3g}",
+        )
+    ax.plot(
+        moving_mean(np.maximum(kt_s, 0)) / scale,
+        lw=1.2,
+        color=COLOURS["KT"],
+        label="KT",
+        zorder=4,
+    )
     ax.set(title=f"scale {scale:g}", xlabel="t", yscale="log", ylim=(0.05, 3000))
 axes[0].set_ylabel("radius / scale\n(100-step mean)")
 axes[0].legend(loc="upper left", ncol=2, fontsize=7)
@@ -569,33 +618,62 @@ for (scale, eta), (g, ratio) in fragility.items():
 # and OGD gets its best single rate.
 
 # %% tags=["thresholds"]
-C_GAP = TUNE_TOL  # |mean err - alpha| on every stream; set before the runs from a first 5-seed trial (max 0.0103)
-C_ONE_RATE = 5.0  # widest stream of the best single OGD rate / KT; measured 75x (T=6000), 24x (T=20000)
-C_VS_SFOGD = 1.05  # KT's excess width / SF-OGD's, worst stream; measured 0.99-1.01 on seeds 0-5
-C_VS_TUNED = 1.10  # KT's excess width / per-stream tuned OGD's, worst stream; measured 1.03-1.06 on seeds 0-5
+# |mean err - alpha| on every stream; set before the runs from a first 5-seed trial (max
+# 0.0103)
+C_GAP = TUNE_TOL
+# widest stream of the best single OGD rate / KT; measured 75x (T=6000), 24x (T=20000)
+C_ONE_RATE = 5.0
+# KT's excess width / SF-OGD's, worst stream; measured 0.99-1.01 on seeds 0-5
+C_VS_SFOGD = 1.05
+# KT's excess width / per-stream tuned OGD's, worst stream; measured 1.03-1.06 on seeds
+# 0-5
+C_VS_TUNED = 1.10
 C_IDENTITY = 1e-9  # relative error of the wealth identity of Eq. 5 (rounding only)
-C_CLOSED_FORM = 1e-12  # relative error of W_T = eps C(2T, T) / 2^T for constant coins (rounding only)
-C_EQUIVARIANCE = 1e-9  # relative change of radius / scale when scores and eps are scaled by 1000
+# relative error of W_T = eps C(2T, T) / 2^T for constant coins (rounding only)
+C_CLOSED_FORM = 1e-12
+# relative change of radius / scale when scores and eps are scaled by 1000
+C_EQUIVARIANCE = 1e-9
 
 # %%
 run.claim("KT: validity at every scale with one setting", gap["KT"].max(), "<=", C_GAP,
           "With eps = 1 on scores spanning four decades, KT's long-run miscoverage is "
           "within C_GAP of alpha on every stream", versus="ablation",
           against="OGD, the same gradients with a learning rate (next claim)")
-run.claim("one OGD rate for all scales: width / KT", one_rate_ratio, ">=", C_ONE_RATE,
-          "Without the bet, even the best single learning rate in hindsight that keeps all "
-          "scales valid is several times wider than KT somewhere", versus="ablation",
-          against="OGD with the best single learning rate for all nine streams")
-run.claim("KT vs SF-OGD: excess width", kt_vs_sf, "<=", C_VS_SFOGD,
-          "At matched coverage KT is as narrow as SF-OGD, which is told the score bound",
-          versus="baseline", against="SF-OGD with D from 100 calibration scores")
-run.claim("KT vs OGD tuned per stream: excess width", kt_vs_tuned, "<=", C_VS_TUNED,
-          "At matched coverage KT is nearly as narrow as OGD with its rate tuned on each "
-          "test stream", versus="baseline", against="OGD, rate tuned per stream in hindsight")
+run.claim(
+    "one OGD rate for all scales: width / KT",
+    one_rate_ratio,
+    ">=",
+    C_ONE_RATE,
+    "Without the bet, even the best single learning rate in hindsight that keeps all "
+    "scales valid is several times wider than KT somewhere",
+    versus="ablation",
+    against="OGD with the best single learning rate for all nine streams",
+)
+run.claim(
+    "KT vs SF-OGD: excess width",
+    kt_vs_sf,
+    "<=",
+    C_VS_SFOGD,
+    "At matched coverage KT is as narrow as SF-OGD, which is told the score bound",
+    versus="baseline",
+    against="SF-OGD with D from 100 calibration scores",
+)
+run.claim(
+    "KT vs OGD tuned per stream: excess width",
+    kt_vs_tuned,
+    "<=",
+    C_VS_TUNED,
+    "At matched coverage KT is nearly as narrow as OGD with its rate tuned on each "
+    "test stream",
+    versus="baseline",
+    against="OGD, rate tuned per stream in hindsight",
+)
 
 kt_r, kt_w = kt_aci(sweep_scores, alpha_col, initial_wealth)
 coins = (sweep_scores > kt_r) - alpha_col
-identity_err = np.max(np.abs(kt_w[-1] - (initial_wealth + (coins * kt_r).sum(axis=0))) / kt_w[-1])
+identity_err = np.max(
+    np.abs(kt_w[-1] - (initial_wealth + (coins * kt_r).sum(axis=0))) / kt_w[-1]
+)
 closed = comb(2 * T_check, T_check) / 2**T_check
 closed_err = abs(kt_aci(always_miss, alpha=0.0, eps=1.0)[1][-1] - closed) / closed
 r_big = kt_aci(1000 * sweep_scores, alpha_col, 1000 * initial_wealth)[0]
@@ -648,7 +726,8 @@ def kt_aci_wrong_sign(scores, alpha, eps=1.0):
     return radius
 
 
-with np.errstate(over="ignore"):  # it bets ever more against itself: the wealth overflows
+# it bets ever more against itself: the wealth overflows
+with np.errstate(over="ignore"):
     broken = kt_aci_wrong_sign(base_scores, 0.1)
 print(f"sign-flipped KT: miscoverage {np.mean(base_scores > broken):.3f} "
       f"(target 0.1), gap {float(miscoverage_gap(base_scores, broken, 0.1)):.3f}")
@@ -696,7 +775,9 @@ def update(alpha, scale, severity, eps, eta, methods):
         axes[0].plot(np.clip(r, 0, None), lw=1, label=f"{name} (gap {gap:.3f})")
         axes[1].plot(rolling_coverage(sc, r, w), lw=1)
     axes[0].set_yscale("symlog", linthresh=max(float(np.median(sc)), 1e-12))
-    axes[0].set(title="radius over scores", xlabel="t", ylim=(0, 3 * max(sc.max(), 1e-12)))
+    axes[0].set(
+        title="radius over scores", xlabel="t", ylim=(0, 3 * max(sc.max(), 1e-12))
+    )
     if methods:
         axes[0].legend(loc="upper left")
     axes[1].axhline(1 - alpha, color="k", ls="--", lw=1)
@@ -708,13 +789,24 @@ def update(alpha, scale, severity, eps, eta, methods):
 
 controls = dict(
     alpha=W.FloatSlider(value=alpha, min=0.01, max=0.5, step=0.01, description="alpha"),
-    scale=W.FloatLogSlider(value=1.0, base=10, min=-2, max=2, step=0.25, description="scale"),
-    severity=W.FloatSlider(value=5.0, min=1.0, max=10.0, step=0.5, description="severity"),
-    eps=W.FloatLogSlider(value=initial_wealth, base=10, min=-3, max=3, step=0.5,
-                         description="KT eps"),
-    eta=W.FloatLogSlider(value=1.0, base=10, min=-3, max=2, step=0.5, description="OGD eta"),
-    methods=W.SelectMultiple(options=["KT", "ONS", "OGD", "SF-OGD"],
-                             value=("KT", "OGD"), description="methods", rows=4),
+    scale=W.FloatLogSlider(
+        value=1.0, base=10, min=-2, max=2, step=0.25, description="scale"
+    ),
+    severity=W.FloatSlider(
+        value=5.0, min=1.0, max=10.0, step=0.5, description="severity"
+    ),
+    eps=W.FloatLogSlider(
+        value=initial_wealth, base=10, min=-3, max=3, step=0.5, description="KT eps"
+    ),
+    eta=W.FloatLogSlider(
+        value=1.0, base=10, min=-3, max=2, step=0.5, description="OGD eta"
+    ),
+    methods=W.SelectMultiple(
+        options=["KT", "ONS", "OGD", "SF-OGD"],
+        value=("KT", "OGD"),
+        description="methods",
+        rows=4,
+    ),
 )
 icmlbook.explore(update, controls, run=run)
 

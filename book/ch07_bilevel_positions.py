@@ -86,13 +86,16 @@ icmlbook.use_style()
 cfg = run.pick(
     smoke=dict(steps=20, batch=8, n_eval=2, widget_windows=1, train_chars=20_000),
     default=dict(steps=300, batch=16, n_eval=32, widget_windows=4, train_chars=300_000),
-    full=dict(steps=1500, batch=32, n_eval=128, widget_windows=8, train_chars=2_000_000),
+    full=dict(
+        steps=1500, batch=32, n_eval=128, widget_windows=8, train_chars=2_000_000
+    ),
 )
 D_MODEL, N_LAYERS, N_HEADS = 48, 2, 4  # the tiny transformer of every variant
 LR = 3e-3  # AdamW learning rate (cosine decay, clip 1.0: icmlbook.tinygpt.fit_lm)
 FACTORS = (1, 2, 4, 8)  # evaluation lengths, in multiples of train_len
 FAR = 64  # "far" positions: the last 64 of a window
-print(f"tier {tier}: {cfg.steps} steps of batch {cfg.batch} x {train_len} characters per "
+print(f"tier {tier}: {cfg.steps} steps of batch {cfg.batch} x {train_len} characters "
+      f"per "
       f"model, evaluation on {cfg.n_eval} windows of {max(FACTORS) * train_len}")
 
 # %% [markdown]
@@ -170,19 +173,25 @@ MAX_MODS = 6  # the most any text in this chapter uses
 
 
 def make_grammar(lo, hi):
-    """Sentences 'SUBJ VERB OBJ MOD*k .' with k uniform in lo..hi (toylang's template grammar)."""
-    templates = [(1.0, ("SUBJ", "VERB", "OBJ") + ("MOD",) * k + (".",)) for k in range(lo, hi + 1)]
+    """Sentences 'SUBJ VERB OBJ MOD*k .' with k uniform in lo..hi (toylang's template
+    grammar)."""
+    templates = [
+        (1.0, ("SUBJ", "VERB", "OBJ") + ("MOD",) * k + (".",))
+        for k in range(lo, hi + 1)
+    ]
     return Grammar(templates=templates,
                    slots={"SUBJ": NAMES, "OBJ": NAMES, "VERB": VERBS, "MOD": MODIFIERS})
 
 
 CHAIN = make_grammar(*TRAIN_MODS)
-TOK = Tokenizer.for_grammar(make_grammar(0, MAX_MODS), "char")  # one alphabet for all texts
+# one alphabet for all texts
+TOK = Tokenizer.for_grammar(make_grammar(0, MAX_MODS), "char")
 SEP_ID = TOK.id(".")
 
 
 def chain_text(grammar, n_chars, seed):
-    """n_chars character ids of running text; each subject repeats the previous object."""
+    """n_chars character ids of running text; each subject repeats the previous object.
+    """
     rng = random.Random(seed)
     out, subject = [], rng.choice(NAMES)
     while len(out) < n_chars:
@@ -193,7 +202,8 @@ def chain_text(grammar, n_chars, seed):
 
 
 def sample_windows(text, n, length, generator):
-    """n random windows (n, length) of a long text (they start anywhere, even mid-sentence)."""
+    """n random windows (n, length) of a long text (they start anywhere, even
+    mid-sentence)."""
     starts = torch.randint(0, len(text) - length, (n,), generator=generator)
     return torch.stack([text[s:s + length] for s in starts.tolist()])
 
@@ -240,8 +250,10 @@ def bilevel_ids(ends, max_intra):
     s = ends.long()
     seg = s.cumsum(1) - s  # sum over u < t: a separator belongs to the segment it ends
     t = torch.arange(T).expand(B, T)
-    last_end = torch.where(ends, t, torch.full_like(t, -1)).cummax(1).values  # last u <= t
-    last_before = torch.cat([torch.full((B, 1), -1), last_end[:, :-1]], dim=1)  # last u < t
+    # last u <= t
+    last_end = torch.where(ends, t, torch.full_like(t, -1)).cummax(1).values
+    # last u < t
+    last_before = torch.cat([torch.full((B, 1), -1), last_end[:, :-1]], dim=1)
     intra = (t - last_before - 1).clamp(max=max_intra - 1)
     return intra, seg
 
@@ -280,13 +292,23 @@ VARIANTS = {  # name: (absolute encoding, relative encoding, bilevel ids?)
 def make_model(pe, train_len, alibi_scale=12.0):
     """The tiny transformer with position encoding ``pe`` (a key of VARIANTS)."""
     abs_pe, rel_pe, bilevel = VARIANTS[pe]
-    return TinyGPT(GPTConfig(vocab_size=len(TOK), d_model=D_MODEL, n_layers=N_LAYERS,
-                             n_heads=N_HEADS, max_len=train_len, abs_pe=abs_pe, rel_pe=rel_pe,
-                             alibi_scale=alibi_scale if bilevel else 1.0))
+    return TinyGPT(
+        GPTConfig(
+            vocab_size=len(TOK),
+            d_model=D_MODEL,
+            n_layers=N_LAYERS,
+            n_heads=N_HEADS,
+            max_len=train_len,
+            abs_pe=abs_pe,
+            rel_pe=rel_pe,
+            alibi_scale=alibi_scale if bilevel else 1.0,
+        )
+    )
 
 
 def bipe_positions(max_intra, rule="sentences", *, chunk_len=18, generator=None):
-    """idx -> the position ids of BiPE: intra for the absolute table, seg for RoPE/ALiBi."""
+    """idx -> the position ids of BiPE: intra for the absolute table, seg for
+    RoPE/ALiBi."""
     def positions(idx):
         ends = segment_ends(idx, rule, chunk_len=chunk_len, generator=generator)
         intra, seg = bilevel_ids(ends, max_intra)
@@ -327,25 +349,51 @@ for pe in ("BiPE-RoPE", "BiPE-ALiBi"):
 # `fit_lm`). The random-boundary ablation draws fresh boundaries for every batch.
 
 # %%
-def train_model(pe, text, *, train_len, steps, batch, seed, rule="sentences", chunk_len=18,
-                alibi_scale=12.0, lr=LR, positions=None, model=None):
+def train_model(
+    pe,
+    text,
+    *,
+    train_len,
+    steps,
+    batch,
+    seed,
+    rule="sentences",
+    chunk_len=18,
+    alibi_scale=12.0,
+    lr=LR,
+    positions=None,
+    model=None,
+):
     """Train one variant on next-character prediction; returns (model, losses).
 
-    ``positions``/``model`` override the variant's own (the tests use them to break things)."""
+    ``positions``/``model`` override the variant's own (the tests use them to break
+    things)."""
     torch.manual_seed(seed)
     model = make_model(pe, train_len, alibi_scale) if model is None else model
     if positions is None:
-        positions = positions_for(pe, train_len, rule, chunk_len=chunk_len,
-                                  generator=torch.Generator().manual_seed(seed + 1))
+        positions = positions_for(
+            pe,
+            train_len,
+            rule,
+            chunk_len=chunk_len,
+            generator=torch.Generator().manual_seed(seed + 1),
+        )
     data = torch.Generator().manual_seed(seed)
-    losses = fit_lm(model, lambda step: sample_windows(text, batch, train_len + 1, data), steps,
-                    lr=lr, positions=positions, progress=False)
+    losses = fit_lm(
+        model,
+        lambda step: sample_windows(text, batch, train_len + 1, data),
+        steps,
+        lr=lr,
+        positions=positions,
+        progress=False,
+    )
     return model, losses
 
 
 @torch.no_grad()
 def token_nll(model, windows, positions=None, batch=8):
-    """-log p(x_{t+1} | x_{<=t}) for every one of (n, T + 1) windows and position t: (n, T)."""
+    """-log p(x_{t+1} | x_{<=t}) for every one of (n, T + 1) windows and position t: (n,
+    T)."""
     model.eval()
     out = []
     for w in windows.split(batch):
@@ -361,10 +409,12 @@ def per_position_nll(model, windows, positions=None, batch=8):
 
 
 def length_report(curve, train_len, factors=FACTORS, far=FAR):
-    """Eq. 5: in-distribution loss and far(k), the loss on the last ``far`` positions of k L."""
+    """Eq. 5: in-distribution loss and far(k), the loss on the last ``far`` positions of
+    k L."""
     out = {"in-dist": float(curve[:train_len].mean())}
     for k in factors:
-        out[f"far {k}x"] = float(curve[max(0, k * train_len - far):k * train_len].mean())
+        out[f"far "
+            f"{k}x"] = float(curve[max(0, k * train_len - far):k * train_len].mean())
         out[f"all {k}x"] = float(curve[:k * train_len].mean())
     return out
 
@@ -377,7 +427,10 @@ def length_report(curve, train_len, factors=FACTORS, far=FAR):
 # windows (random starting points in a held-out text).
 
 # %%
-RUNS = [(pe, "sentences") for pe in VARIANTS] + [("BiPE-RoPE", "chunks"), ("BiPE-RoPE", "random")]
+RUNS = [(pe, "sentences") for pe in VARIANTS] + [
+    ("BiPE-RoPE", "chunks"),
+    ("BiPE-RoPE", "random"),
+]
 eval_windows = sample_windows(test_text, cfg.n_eval, max(FACTORS) * train_len + 1,
                               torch.Generator().manual_seed(seed + 7))
 models, nlls, curves, train_losses = {}, {}, {}, {}
@@ -385,8 +438,16 @@ bar = icmlbook.progress(RUNS, desc="models")
 for pe, rule in bar:
     key = (pe, rule)
     models[key], train_losses[key] = train_model(
-        pe, train_text, train_len=train_len, steps=cfg.steps, batch=cfg.batch, seed=seed,
-        rule=rule, chunk_len=chunk_len, alibi_scale=alibi_scale)
+        pe,
+        train_text,
+        train_len=train_len,
+        steps=cfg.steps,
+        batch=cfg.batch,
+        seed=seed,
+        rule=rule,
+        chunk_len=chunk_len,
+        alibi_scale=alibi_scale,
+    )
     eval_pos = positions_for(pe, train_len, rule, chunk_len=chunk_len,
                              generator=torch.Generator().manual_seed(seed + 11))
     nlls[key] = token_nll(models[key], eval_windows, eval_pos)
@@ -407,13 +468,20 @@ def smooth(curve, w=16):
 
 
 def log_loss_axis(ax):
-    """A log-scaled loss axis with plain tick labels (0.4, 1, 2 rather than powers of 10)."""
+    """A log-scaled loss axis with plain tick labels (0.4, 1, 2 rather than powers of
+    10)."""
     ax.set_yscale("log")
     ax.yaxis.set_major_formatter(mticker.FormatStrFormatter("%g"))
     ax.yaxis.set_minor_formatter(mticker.FormatStrFormatter("%g"))
 
 
-COLORS = {"sinusoidal": "C4", "RoPE": "C1", "ALiBi": "C2", "BiPE-RoPE": "C0", "BiPE-ALiBi": "C3"}
+COLORS = {
+    "sinusoidal": "C4",
+    "RoPE": "C1",
+    "ALiBi": "C2",
+    "BiPE-RoPE": "C0",
+    "BiPE-ALiBi": "C3",
+}
 fig, axes = plt.subplots(1, 2, figsize=(9, 3), sharey=True)
 for pe in VARIANTS:
     ax = axes[0] if pe in ("sinusoidal", "RoPE", "BiPE-RoPE") else axes[1]
@@ -436,12 +504,15 @@ plt.show()
 
 # %%
 def table_row(name, rep, n_params):
-    cells = [f"{rep['in-dist']:.3f}"] + [f"{rep[f'all {k}x']:.3f} / {rep[f'far {k}x']:.3f}"
+    cells = [f"{rep['in-dist']:.3f}"] + [f"{rep[f'all {k}x']:.3f} / "
+                                         f"{rep[f'far {k}x']:.3f}"
                                          for k in FACTORS[1:]]
     return f"{name:<22}" + "".join(f"{c:>16}" for c in cells) + f"{n_params:>9,d}"
 
 
-print(f"{'model':<22}" + "".join(f"{f'L x {k}':>16}" for k in FACTORS) + f"{'params':>9}")
+print(
+    f"{'model':<22}" + "".join(f"{f'L x {k}':>16}" for k in FACTORS) + f"{'params':>9}"
+)
 for (pe, rule), rep in reports.items():
     print(table_row(pe if rule == "sentences" else f"{pe} ({rule})", rep,
                     models[(pe, rule)].n_params()))
@@ -471,11 +542,13 @@ for (pe, rule), rep in reports.items():
 
 # %%
 def attention_by_segment(model, windows, positions, queries):
-    """Mean attention mass of the queries on their own, the previous and older segments."""
+    """Mean attention mass of the queries on their own, the previous and older segments.
+    """
     model.keep_attention()
     with torch.no_grad():
         model(windows, **(positions(windows) if positions is not None else {}))
-    att = torch.stack([b.attn.last_attn for b in model.blocks]).mean((0, 2))  # (n, T, T)
+    # (n, T, T)
+    att = torch.stack([b.attn.last_attn for b in model.blocks]).mean((0, 2))
     model.keep_attention(False)
     _, seg = bilevel_ids(segment_ends(windows), max_intra=1)
     dist = (seg[:, :, None] - seg[:, None, :])[:, queries]
@@ -485,7 +558,8 @@ def attention_by_segment(model, windows, positions, queries):
 
 inputs = eval_windows[:, :-1]
 T8 = inputs.shape[1]
-subject = torch.zeros_like(inputs, dtype=torch.bool)  # the target x_{t+1} starts a subject
+# the target x_{t+1} starts a subject
+subject = torch.zeros_like(inputs, dtype=torch.bool)
 subject[:, 1:] = (inputs[:, 1:] == TOK.id(" ")) & (inputs[:, :-1] == SEP_ID)
 regions = {"in-dist": slice(0, train_len), "far 8x": slice(T8 - FAR, T8)}
 print(f"{'model':<12}{'region':>9} | {'subject':>8} {'others':>7} | attention on: "
@@ -500,15 +574,21 @@ for pe in ("RoPE", "BiPE-RoPE", "ALiBi", "BiPE-ALiBi"):
         split[(pe, region)] = (float(subj), float(other))
         print(f"{pe:<12}{region:>9} | {subj:8.3f} {other:7.3f} | {'':>13} "
               f"{own:5.2f} {prev:5.2f} {older:5.2f}")
-run.metric("loss on subject letters / others",
-           {f"{pe} {region}": [round(v, 3) for v in vals] for (pe, region), vals in split.items()})
+run.metric(
+    "loss on subject letters / others",
+    {
+        f"{pe} {region}": [round(v, 3) for v in vals]
+        for (pe, region), vals in split.items()
+    },
+)
 
 fig, ax = plt.subplots(figsize=(6.5, 2.6))
 names = ["RoPE", "BiPE-RoPE", "ALiBi", "BiPE-ALiBi"]
 x = np.arange(len(names))
 for i, (region, kind) in enumerate([(rg, k) for rg in regions for k in (0, 1)]):
     ax.bar(x + (i - 1.5) * 0.2, [split[(pe, region)][kind] for pe in names], 0.2,
-           color=f"C{i}", label=f"{region}, {('subject letters', 'other letters')[kind]}")
+           color=f"C{i}", label=f"{region}, "
+                                f"{('subject letters', 'other letters')[kind]}")
 ax.axhline(np.log(8), color="k", ls=":", lw=1, label="ln 8: guessing the subject")
 ax.set_xticks(x, names)
 ax.set(ylabel="loss (nats/char)")
@@ -542,7 +622,9 @@ for rule, ls in zip(SEGMENTATIONS, ("-", "--", ":")):
 ax.plot(smooth(curves[("RoPE", "sentences")]), color="C1", lw=1, label="RoPE (flat)")
 ax.axvline(train_len, color="k", ls=":", lw=0.8)
 log_loss_axis(ax)
-ax.set(xlabel="position t", ylabel=r"loss $\ell_t$", title="BiPE-RoPE with three segmentation rules")
+ax.set(xlabel="position "
+              "t", ylabel=r"loss "
+                          r"$\ell_t$", title="BiPE-RoPE with three segmentation rules")
 ax.legend(loc="upper left")
 plt.show()
 
@@ -586,23 +668,33 @@ C5_ALIBI_FLAT = 0.05  # far(8x) - in-dist of BiPE-ALiBi, nats, at most
 C6_SEGMENTS = 1.5  # far(8x) of a meaningless segmentation / sentences, at least
 
 rope, bipe = reports[("RoPE", "sentences")], reports[("BiPE-RoPE", "sentences")]
-alibi, bipe_alibi = reports[("ALiBi", "sentences")], reports[("BiPE-ALiBi", "sentences")]
-run.claim("RoPE far(8x) / in-dist", rope["far 8x"] / rope["in-dist"], ">=", C1_ROPE_BLOWUP,
+alibi, bipe_alibi = (
+    reports[("ALiBi", "sentences")],
+    reports[("BiPE-ALiBi", "sentences")],
+)
+run.claim("RoPE far(8x) / "
+          "in-dist", rope["far 8x"] / rope["in-dist"], ">=", C1_ROPE_BLOWUP,
           "a flat RoPE model's loss explodes on positions past its training length")
 for k in (4, 8):
-    run.claim(f"BiPE-RoPE / RoPE far({k}x)", bipe[f"far {k}x"] / rope[f"far {k}x"], "<=",
-              C2_BIPE_OVER_ROPE, f"BiPE-RoPE's loss at {k}x the training length is far below "
+    run.claim(f"BiPE-RoPE / RoPE "
+              f"far({k}x)", bipe[f"far {k}x"] / rope[f"far {k}x"], "<=",
+              C2_BIPE_OVER_ROPE, f"BiPE-RoPE's loss at {k}x the training length is far "
+                                 f"below "
               "RoPE's")
-run.claim("BiPE-RoPE far(2x) / in-dist", bipe["far 2x"] / bipe["in-dist"], "<=", C3_FLAT_2X,
+run.claim("BiPE-RoPE far(2x) / "
+          "in-dist", bipe["far 2x"] / bipe["in-dist"], "<=", C3_FLAT_2X,
           "BiPE-RoPE is nearly flat at twice the training length")
 run.claim("in-dist cost BiPE-RoPE - RoPE", bipe["in-dist"] - rope["in-dist"], "<=",
           C4_INDIST_COST, "BiPE-RoPE costs nothing in distribution")
-run.claim("in-dist cost BiPE-ALiBi - ALiBi", bipe_alibi["in-dist"] - alibi["in-dist"], "<=",
+run.claim("in-dist cost BiPE-ALiBi - "
+          "ALiBi", bipe_alibi["in-dist"] - alibi["in-dist"], "<=",
           C4_INDIST_COST, "BiPE-ALiBi costs nothing in distribution")
-run.claim("BiPE-ALiBi far(8x) - in-dist", bipe_alibi["far 8x"] - bipe_alibi["in-dist"], "<=",
+run.claim("BiPE-ALiBi far(8x) - "
+          "in-dist", bipe_alibi["far 8x"] - bipe_alibi["in-dist"], "<=",
           C5_ALIBI_FLAT, "BiPE-ALiBi stays flat at 8x the training length")
 worst_ablation = min(reports[("BiPE-RoPE", r)]["far 8x"] for r in ("chunks", "random"))
-run.claim("meaningless segments / sentences far(8x)", worst_ablation / bipe["far 8x"], ">=",
+run.claim("meaningless segments / sentences "
+          "far(8x)", worst_ablation / bipe["far 8x"], ">=",
           C6_SEGMENTS, "BiPE needs segments that follow the text's structure")
 run.metric("BiPE-ALiBi - ALiBi far(8x)", bipe_alibi["far 8x"] - alibi["far 8x"])
 run.metric("sinusoidal far(2x) / in-dist",
@@ -658,7 +750,8 @@ widget_cache = {}
 
 
 def widget_windows(mods):
-    """Test windows of 16 L characters of a text with mods = (lo, hi) modifiers (cached)."""
+    """Test windows of 16 L characters of a text with mods = (lo, hi) modifiers
+    (cached)."""
     if ("text", mods) not in widget_cache:
         text = chain_text(make_grammar(*mods), 40_000, seed=3000 + seed)
         widget_cache[("text", mods)] = sample_windows(
@@ -681,8 +774,9 @@ def widget_curve(pe, rule, mods):
     """Per-position loss over 16 L of the model (pe, rule) on a test text (cached)."""
     key = ("curve", pe, rule, mods)
     if key not in widget_cache:
-        widget_cache[key] = per_position_nll(widget_model(pe, rule), widget_windows(mods),
-                                             widget_positions(pe, rule))
+        widget_cache[key] = per_position_nll(
+            widget_model(pe, rule), widget_windows(mods), widget_positions(pe, rule)
+        )
     return widget_cache[key]
 
 
@@ -708,7 +802,10 @@ def update(pe, test_factor, sentence_mods, segmentation):
     mods = (int(sentence_mods[0]), int(sentence_mods[1]))
     rule = segmentation if VARIANTS[pe][2] else "sentences"
     n = int(test_factor) * train_len
-    curve, ref = widget_curve(pe, rule, mods)[:n], widget_curve("RoPE", "sentences", mods)[:n]
+    curve, ref = (
+        widget_curve(pe, rule, mods)[:n],
+        widget_curve("RoPE", "sentences", mods)[:n],
+    )
     w = min(16, n // 4)
     fig, (ax, ax_att) = plt.subplots(1, 2, figsize=(9.5, 2.8), width_ratios=(2.3, 1))
     ax.plot(smooth(ref, w), color="0.6", lw=1, label="RoPE")
@@ -718,28 +815,40 @@ def update(pe, test_factor, sentence_mods, segmentation):
     far = curve[-FAR:].mean()
     log_loss_axis(ax)
     ax.set(xlabel="position t", ylabel=r"loss $\ell_t$",
-           title=f"{pe}: in-dist {curve[:train_len].mean():.3f}, last 64 of {test_factor} L "
-                 f"{far:.3f} (RoPE {ref[-FAR:].mean():.3f}); {mods[0]}-{mods[1]} modifiers")
+           title=f"{pe}: in-dist {curve[:train_len].mean():.3f}, last 64 of "
+                 f"{test_factor} L "
+                 f"{far:.3f} (RoPE {ref[-FAR:].mean():.3f}); {mods[0]}-{mods[1]} "
+                 f"modifiers")
     ax.legend(loc="upper left")
     att, stops = widget_attention(pe, rule, mods, n)
     ax_att.imshow(att, cmap="viridis", aspect="auto")
     for x in stops:
         ax_att.axvline(x, color="w", lw=0.6, alpha=0.5)
     ax_att.grid(False)
-    ax_att.set(title="attention, last 40 queries", xlabel="last 80 keys (lines: full stops)",
+    ax_att.set(title="attention, last 40 "
+                     "queries", xlabel="last 80 keys (lines: full stops)",
                xticks=[], yticks=[])
     plt.show()
     text = widget_windows(mods)[:1, :28]
-    intra, seg = bilevel_ids(segment_ends(text, rule, chunk_len=chunk_len,
-                                          generator=torch.Generator().manual_seed(seed)), train_len)
+    intra, seg = bilevel_ids(
+        segment_ends(
+            text,
+            rule,
+            chunk_len=chunk_len,
+            generator=torch.Generator().manual_seed(seed),
+        ),
+        train_len,
+    )
     print("text  ", "".join(f"{c:>3}" for c in TOK.decode(text[0].tolist())))
     print("seg   ", "".join(f"{v:>3}" for v in seg[0].tolist()))
     print("intra ", "".join(f"{v:>3}" for v in intra[0].tolist()))
     if not VARIANTS[pe][2]:
-        print(f"({pe} reads the flat positions 0, 1, 2, ...; these ids are shown for comparison)")
+        print(f"({pe} reads the flat positions 0, 1, 2, ...; these ids are shown for "
+              f"comparison)")
 
 
-for pe, rule in RUNS:  # precompute the training distribution's curves: most moves only redraw
+# precompute the training distribution's curves: most moves only redraw
+for pe, rule in RUNS:
     widget_curve(pe, rule, TRAIN_MODS)
 controls = dict(
     pe=W.Dropdown(options=list(VARIANTS), value="BiPE-RoPE", description="encoding"),

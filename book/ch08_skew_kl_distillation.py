@@ -56,9 +56,11 @@
 tier = "default"  # smoke | default | full: size of the experiment
 seed = 0  # drives every random number in the chapter
 alpha = 0.1  # skew alpha of SKL and SRKL (the paper's default 0.1; 0 recovers KL / RKL)
-student_width = 8  # d_model of the one-layer student (the teacher has two layers of width 48)
+# d_model of the one-layer student (the teacher has two layers of width 48)
+student_width = 8
 distill_lr = 3e-3  # student learning rate during distillation (AdamW, cosine decay)
-teacher_noise = 0.3  # eta: share of the noisy teacher's mass put on random spurious tokens
+# eta: share of the noisy teacher's mass put on random spurious tokens
+teacher_noise = 0.3
 phi0 = 0.5  # initial probability of using student-generated outputs (adaptive regime)
 loss_eps = 0.01  # validation-loss rise that raises phi by 0.1 (adaptive regime)
 replay_capacity = 256  # replay buffer size in sequences (adaptive regime)
@@ -99,21 +101,51 @@ import icmlbook
 from icmlbook.tinygpt import GPTConfig, TinyGPT, fit_lm, generate, lm_loss
 from icmlbook.toylang import REVIEWS, Tokenizer
 
-run = icmlbook.start("08_skew_kl_distillation", tier=tier, seed=seed,
-                     params=dict(alpha=alpha, student_width=student_width, distill_lr=distill_lr,
-                                 teacher_noise=teacher_noise, phi0=phi0, loss_eps=loss_eps, replay_capacity=replay_capacity))
+run = icmlbook.start(
+    "08_skew_kl_distillation",
+    tier=tier,
+    seed=seed,
+    params=dict(
+        alpha=alpha,
+        student_width=student_width,
+        distill_lr=distill_lr,
+        teacher_noise=teacher_noise,
+        phi0=phi0,
+        loss_eps=loss_eps,
+        replay_capacity=replay_capacity,
+    ),
+)
 icmlbook.use_style()
 cfg = run.pick(
-    smoke=dict(n_pool=128, teacher_steps=10, sft_steps=4, steps=4, eval_every=2, n_val=16,
-               n_samples=16, widget_steps=2, fast_lr=1e-2),
-    default=dict(n_pool=4096, teacher_steps=400, sft_steps=100, steps=150, eval_every=25,
-                 n_val=256, n_samples=512, widget_steps=40, fast_lr=1e-2),
+    smoke=dict(
+        n_pool=128,
+        teacher_steps=10,
+        sft_steps=4,
+        steps=4,
+        eval_every=2,
+        n_val=16,
+        n_samples=16,
+        widget_steps=2,
+        fast_lr=1e-2,
+    ),
+    default=dict(
+        n_pool=4096,
+        teacher_steps=400,
+        sft_steps=100,
+        steps=150,
+        eval_every=25,
+        n_val=256,
+        n_samples=512,
+        widget_steps=40,
+        fast_lr=1e-2,
+    ),
 )
 PROMPT_LEN, RESP_LEN = 2, 16  # words of prompt and of response per sequence
 BATCH = 32  # sequences per training step
 LOSSES = ("FKL", "RKL", "SKL", "SRKL")
 REGIMES = ("offline", "on-policy", "adaptive")
-print(f"tier {tier}: teacher {cfg.teacher_steps} steps, student SFT {cfg.sft_steps} steps, "
+print(f"tier {tier}: teacher {cfg.teacher_steps} steps, student SFT {cfg.sft_steps} "
+      f"steps, "
       f"distillation {cfg.steps} steps of {BATCH} sequences")
 
 # %% [markdown]
@@ -197,7 +229,8 @@ print(f"tier {tier}: teacher {cfg.teacher_steps} steps, student SFT {cfg.sft_ste
 
 # %%
 def skew_kl_logits(a_logits, b_logits, alpha):
-    """KL(a || alpha a + (1 - alpha) b) at every position (Eqs. 3-4; alpha = 0: Eqs. 1-2)."""
+    """KL(a || alpha a + (1 - alpha) b) at every position (Eqs. 3-4; alpha = 0: Eqs.
+    1-2)."""
     log_a = a_logits.float().log_softmax(-1)
     a = log_a.exp()
     if alpha == 0:  # plain KL: exact in log space
@@ -236,7 +269,8 @@ def masked_mean(x, mask):
 
 # %%
 def skl_probs(p, q, alpha):
-    """Eq. 3 on probability vectors (last axis = vocabulary), teacher entropy included."""
+    """Eq. 3 on probability vectors (last axis = vocabulary), teacher entropy included.
+    """
     m = alpha * p + (1 - alpha) * q
     return (torch.special.xlogy(p, p) - torch.special.xlogy(p, m)).sum(-1)
 
@@ -247,7 +281,8 @@ def skl_grad_formula(p, q, alpha):
 
 
 def prob_gradient(loss_fn, p, q, alpha):
-    """Autograd gradient of sum(loss_fn(p, q, alpha)) with respect to the probabilities q."""
+    """Autograd gradient of sum(loss_fn(p, q, alpha)) with respect to the probabilities
+    q."""
     q = q.detach().clone().requires_grad_(True)
     loss_fn(p, q, alpha).sum().backward()
     return q.grad
@@ -276,7 +311,8 @@ BOS = TOK.id("<bos>")
 
 
 def make_pool(n, rng, prompt_len=PROMPT_LEN, resp_len=RESP_LEN):
-    """n ground-truth sequences: <bos>, then prompt_len + resp_len words of running reviews."""
+    """n ground-truth sequences: <bos>, then prompt_len + resp_len words of running
+    reviews."""
     rows = []
     for _ in range(n):
         words = []
@@ -292,7 +328,8 @@ def sample_batch(pool, n, rng):
 
 
 def response_mask(n, prompt_len=PROMPT_LEN, resp_len=RESP_LEN):
-    """(n, T - 1) mask over the predicted positions 1..T-1: 1 on response tokens only."""
+    """(n, T - 1) mask over the predicted positions 1..T-1: 1 on response tokens only.
+    """
     mask = torch.zeros(n, prompt_len + resp_len)
     mask[:, prompt_len:] = 1.0
     return mask
@@ -319,7 +356,8 @@ NOISE_SCALE = 3.0  # logit scale of the noisy teacher's spurious peaks (Eq. 9)
 
 
 class NoisyTeacher(nn.Module):
-    """Eq. 9: the teacher's distribution mixed with fresh random peaks; returns log-probs."""
+    """Eq. 9: the teacher's distribution mixed with fresh random peaks; returns
+    log-probs."""
 
     def __init__(self, teacher, eta, seed):
         super().__init__()
@@ -352,7 +390,8 @@ class NoisyTeacher(nn.Module):
 
 # %%
 def update_phi(phi, prev, val_loss, eps, step=0.1):
-    """Eq. 8: raise phi by 0.1 when the validation loss rose by eps; returns (phi, prev)."""
+    """Eq. 8: raise phi by 0.1 when the validation loss rose by eps; returns (phi,
+    prev)."""
     if prev is None:  # the first evaluation sets the reference
         return phi, val_loss
     if val_loss >= prev + eps:
@@ -384,21 +423,46 @@ def heldout_nll(model, val):
     return float(lm_loss(model, val, response_mask(len(val))))
 
 
-def distill(student, teacher, *, kind, alpha, steps, regime, pool, val, val_teacher_logits, seed,
-            lr, phi0=0.5, eps=0.01, capacity=256, eval_every=25, batch=BATCH,
-            choose=choose_source):
+def distill(
+    student,
+    teacher,
+    *,
+    kind,
+    alpha,
+    steps,
+    regime,
+    pool,
+    val,
+    val_teacher_logits,
+    seed,
+    lr,
+    phi0=0.5,
+    eps=0.01,
+    capacity=256,
+    eval_every=25,
+    batch=BATCH,
+    choose=choose_source,
+):
     """Distil teacher into student (in place); returns the history of the run."""
     rng = random.Random(seed)
     gen = torch.Generator().manual_seed(seed)
     opt = torch.optim.AdamW(student.parameters(), lr=lr, weight_decay=0.0)
     sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda s: 0.5 * (1 + math.cos(math.pi * min(s, steps) / steps)))
+        opt, lambda s: 0.5 * (1 + math.cos(math.pi * min(s, steps) / steps))
+    )
     mask = response_mask(batch)
     buffer = deque(maxlen=capacity)
     phi = {"offline": 0.0, "on-policy": 1.0, "adaptive": phi0}[regime]
     prev = None
-    hist = dict(step=[0], kl=[heldout_kl(student, val, val_teacher_logits)], phi=[phi],
-                gen_calls=0, gen_seconds=0.0, seconds=0.0, sources=[])
+    hist = dict(
+        step=[0],
+        kl=[heldout_kl(student, val, val_teacher_logits)],
+        phi=[phi],
+        gen_calls=0,
+        gen_seconds=0.0,
+        seconds=0.0,
+        sources=[],
+    )
     for step in range(steps):
         t0 = time.process_time()
         gt = sample_batch(pool, batch, rng)
@@ -421,7 +485,9 @@ def distill(student, teacher, *, kind, alpha, steps, regime, pool, val, val_teac
         student.train()
         with torch.no_grad():
             t_logits = teacher(x[:, :-1])
-        loss = masked_mean(divergence(kind, t_logits, student(x[:, :-1]), alpha), mask[: len(x)])
+        loss = masked_mean(
+            divergence(kind, t_logits, student(x[:, :-1]), alpha), mask[: len(x)]
+        )
         opt.zero_grad(set_to_none=True)
         loss.backward()
         nn.utils.clip_grad_norm_(student.parameters(), 1.0)
@@ -455,7 +521,8 @@ def words_of(row):
 
 @torch.no_grad()
 def sample_quality(student, teacher, prompts, seed):
-    """Teacher NLL of student samples, grammatical fraction, distinct fraction, samples."""
+    """Teacher NLL of student samples, grammatical fraction, distinct fraction, samples.
+    """
     gen = torch.Generator().manual_seed(seed)
     x = generate(student, prompts, RESP_LEN, generator=gen)
     t_logp = teacher(x[:, :-1]).log_softmax(-1).gather(-1, x[:, 1:, None]).squeeze(-1)
@@ -463,7 +530,9 @@ def sample_quality(student, teacher, prompts, seed):
     words = [words_of(row[1:]) for row in x]
     ok = [("<bos>" not in w) and REVIEWS.accepts(w, prefix=True) for w in words]
     distinct = len({tuple(w[PROMPT_LEN:PROMPT_LEN + 4]) for w in words}) / len(words)
-    return dict(gen_nll=nll, grammatical=float(np.mean(ok)), distinct=distinct, samples=x)
+    return dict(
+        gen_nll=nll, grammatical=float(np.mean(ok)), distinct=distinct, samples=x
+    )
 
 # %% [markdown]
 # ## The experiment
@@ -482,8 +551,13 @@ teacher = make_model(48, 2, 4)
 teacher_losses = fit_lm(teacher, lambda s: sample_batch(pool, BATCH, data_rng),
                         cfg.teacher_steps, lr=3e-3, desc="teacher")
 student = make_model(student_width, 1, 2)
-sft_losses = fit_lm(student, lambda s: sample_batch(pool, BATCH, data_rng), cfg.sft_steps,
-                    lr=3e-3, desc="student SFT")
+sft_losses = fit_lm(
+    student,
+    lambda s: sample_batch(pool, BATCH, data_rng),
+    cfg.sft_steps,
+    lr=3e-3,
+    desc="student SFT",
+)
 sft_state = copy.deepcopy(student.state_dict())
 
 val = make_pool(cfg.n_val, random.Random(10_000 + seed))
@@ -492,7 +566,8 @@ with torch.no_grad():
 prompts = make_pool(cfg.n_samples, random.Random(20_000 + seed))[:, : 1 + PROMPT_LEN]
 teacher_q = sample_quality(teacher, teacher, prompts, seed)
 sft_kl = heldout_kl(student, val, val_teacher_logits)
-print(f"teacher: {teacher.n_params()} parameters, held-out NLL {heldout_nll(teacher, val):.3f}, "
+print(f"teacher: {teacher.n_params()} parameters, held-out NLL "
+      f"{heldout_nll(teacher, val):.3f}, "
       f"{teacher_q['grammatical']:.0%} of its samples grammatical")
 print(f"student: {student.n_params()} parameters, after SFT held-out NLL "
       f"{heldout_nll(student, val):.3f}, KL(p||q) {sft_kl:.3f}")
@@ -519,7 +594,8 @@ g_fkl = prob_gradient(fkl_probs, p_real, q_real, 0.0)
 formula_err = float((g_skl - skl_grad_formula(p_real, q_real, alpha)).abs().max())
 skl_bound_ratio = float(g_skl.abs().max()) / ((1 - alpha) / alpha)
 print(f"{len(p_real)} positions: max |dSKL/dq| = {float(g_skl.abs().max()):.3f}, bound "
-      f"(1-alpha)/alpha = {(1 - alpha) / alpha:.3f}; Eq. 5 vs autograd: max error {formula_err:.1e}")
+      f"(1-alpha)/alpha = {(1 - alpha) / alpha:.3f}; Eq. 5 vs autograd: max error "
+      f"{formula_err:.1e}")
 print(f"same positions: max |dFKL/dq| = {float(g_fkl.abs().max()):.3g}")
 
 p_toy = torch.tensor([[0.5, 0.5, 0.0, 0.0]], dtype=torch.float64)
@@ -534,7 +610,8 @@ qs = np.logspace(-6, 0, 200)
 fig, ax = plt.subplots(figsize=(5, 3))
 ax.loglog(qs, 0.5 / qs, color="C0", label="forward KL: $p/q$")
 for a in (0.05, 0.1, 0.3):
-    ax.loglog(qs, (1 - a) * 0.5 / (a * 0.5 + (1 - a) * qs), label=f"SKL, $\\alpha$={a:g}")
+    ax.loglog(qs, (1 - a) * 0.5 / (a * 0.5 + (1 - a) * qs), label=f"SKL, "
+                                                                  f"$\\alpha$={a:g}")
 ax.set(xlabel="student probability $q_v$ of a teacher token with $p_v = 0.5$",
        ylabel=r"$|\partial D / \partial q_v|$")
 ax.legend()
@@ -550,14 +627,26 @@ plt.show()
 
 # %%
 def compare_losses(lr, desc):
-    """Offline distillation with each loss from the SFT student; histories and students."""
+    """Offline distillation with each loss from the SFT student; histories and students.
+    """
     hists, students = {}, {}
     for kind in icmlbook.progress(LOSSES, desc=desc):
         s = make_model(student_width, 1, 2)
         s.load_state_dict(sft_state)
-        hists[kind] = distill(s, teacher, kind=kind, alpha=alpha, steps=cfg.steps,
-                              regime="offline", pool=pool, val=val, val_teacher_logits=val_teacher_logits,
-                              seed=seed + 1, lr=lr, eval_every=cfg.eval_every)
+        hists[kind] = distill(
+            s,
+            teacher,
+            kind=kind,
+            alpha=alpha,
+            steps=cfg.steps,
+            regime="offline",
+            pool=pool,
+            val=val,
+            val_teacher_logits=val_teacher_logits,
+            seed=seed + 1,
+            lr=lr,
+            eval_every=cfg.eval_every,
+        )
         students[kind] = s
     return hists, students
 
@@ -566,10 +655,18 @@ loss_hists, loss_students = compare_losses(distill_lr, f"losses, lr {distill_lr:
 fast_hists, fast_students = compare_losses(cfg.fast_lr, f"losses, lr {cfg.fast_lr:g}")
 
 fig, axes = plt.subplots(1, 2, figsize=(8, 3), sharey=True)
-for ax, hists, lr in ((axes[0], loss_hists, distill_lr), (axes[1], fast_hists, cfg.fast_lr)):
+for ax, hists, lr in (
+    (axes[0], loss_hists, distill_lr),
+    (axes[1], fast_hists, cfg.fast_lr),
+):
     for i, kind in enumerate(LOSSES):
-        ax.plot(hists[kind]["step"], hists[kind]["kl"], marker=".", color=f"C{i}",
-                label=kind if kind in ("FKL", "RKL") else f"{kind} ($\\alpha$={alpha:g})")
+        ax.plot(
+            hists[kind]["step"],
+            hists[kind]["kl"],
+            marker=".",
+            color=f"C{i}",
+            label=kind if kind in ("FKL", "RKL") else f"{kind} ($\\alpha$={alpha:g})",
+        )
     ax.set(title=f"lr {lr:g}", xlabel="distillation step", yscale="log")
 axes[0].set_ylabel("held-out KL(p || q)")
 axes[0].legend()
@@ -577,7 +674,8 @@ plt.show()
 
 final_kl = {k: h["kl"][-1] for k, h in loss_hists.items()}
 fast_kl = {k: h["kl"][-1] for k, h in fast_hists.items()}
-print(f"{'loss':<6} {'KL, lr ' + format(distill_lr, 'g'):>13} {'KL, lr ' + format(cfg.fast_lr, 'g'):>13}")
+print(f"{'loss':<6} {'KL, lr ' + format(distill_lr, 'g'):>13} "
+      f"{'KL, lr ' + format(cfg.fast_lr, 'g'):>13}")
 for kind in LOSSES:
     print(f"{kind:<6} {final_kl[kind]:>13.4f} {fast_kl[kind]:>13.4f}")
 run.metric("final_kl", final_kl)
@@ -609,23 +707,40 @@ noisy_hists, noisy_quality = {}, {}
 for kind in icmlbook.progress(LOSSES, desc="noisy teacher"):
     s = make_model(student_width, 1, 2)
     s.load_state_dict(sft_state)
-    noisy_hists[kind] = distill(s, NoisyTeacher(teacher, teacher_noise, seed + 6), kind=kind,
-                                alpha=alpha, steps=cfg.steps, regime="offline", pool=pool,
-                                val=val, val_teacher_logits=val_teacher_logits, seed=seed + 1,
-                                lr=cfg.fast_lr, eval_every=cfg.eval_every)
+    noisy_hists[kind] = distill(
+        s,
+        NoisyTeacher(teacher, teacher_noise, seed + 6),
+        kind=kind,
+        alpha=alpha,
+        steps=cfg.steps,
+        regime="offline",
+        pool=pool,
+        val=val,
+        val_teacher_logits=val_teacher_logits,
+        seed=seed + 1,
+        lr=cfg.fast_lr,
+        eval_every=cfg.eval_every,
+    )
     noisy_quality[kind] = sample_quality(s, teacher, prompts, seed + 3)
 noisy_kl = {k: h["kl"][-1] for k, h in noisy_hists.items()}
 
 fig, ax = plt.subplots(figsize=(5, 3))
 for i, kind in enumerate(LOSSES):
-    ax.plot(noisy_hists[kind]["step"], noisy_hists[kind]["kl"], marker=".", color=f"C{i}",
-            label=kind)
+    ax.plot(
+        noisy_hists[kind]["step"],
+        noisy_hists[kind]["kl"],
+        marker=".",
+        color=f"C{i}",
+        label=kind,
+    )
     ax.plot(fast_hists[kind]["step"], fast_hists[kind]["kl"], ls=":", color=f"C{i}")
-ax.set(xlabel="distillation step", ylabel="held-out KL to the clean teacher", yscale="log",
+ax.set(xlabel="distillation "
+              "step", ylabel="held-out KL to the clean teacher", yscale="log",
        title=f"noisy teacher (solid), clean teacher (dotted), lr {cfg.fast_lr:g}")
 ax.legend()
 plt.show()
-print(f"{'loss':<6} {'KL, clean teacher':>17} {'KL, noisy teacher':>17} {'sample NLL, noisy':>17}")
+print(f"{'loss':<6} {'KL, clean teacher':>17} {'KL, noisy teacher':>17} "
+      f"{'sample NLL, noisy':>17}")
 for kind in LOSSES:
     print(f"{kind:<6} {fast_kl[kind]:>17.4f} {noisy_kl[kind]:>17.4f} "
           f"{noisy_quality[kind]['gen_nll']:>17.3f}")
@@ -661,10 +776,23 @@ regime_students = {"offline": loss_students["SKL"]}
 for regime in icmlbook.progress(("on-policy", "adaptive"), desc="regimes"):
     s = make_model(student_width, 1, 2)
     s.load_state_dict(sft_state)
-    regime_hists[regime] = distill(s, teacher, kind="SKL", alpha=alpha, steps=cfg.steps,
-                                   regime=regime, pool=pool, val=val, val_teacher_logits=val_teacher_logits,
-                                   seed=seed + 1, lr=distill_lr, phi0=phi0, eps=loss_eps,
-                                   capacity=replay_capacity, eval_every=cfg.eval_every)
+    regime_hists[regime] = distill(
+        s,
+        teacher,
+        kind="SKL",
+        alpha=alpha,
+        steps=cfg.steps,
+        regime=regime,
+        pool=pool,
+        val=val,
+        val_teacher_logits=val_teacher_logits,
+        seed=seed + 1,
+        lr=distill_lr,
+        phi0=phi0,
+        eps=loss_eps,
+        capacity=replay_capacity,
+        eval_every=cfg.eval_every,
+    )
     regime_students[regime] = s
 regime_quality = {r: sample_quality(s, teacher, prompts, seed + 2)
                   for r, s in regime_students.items()}
@@ -673,14 +801,20 @@ print(f"{'regime':<10} {'held-out KL':>11} {'gen NLL':>8} {'grammatical':>11} "
       f"{'gen calls':>9} {'train s':>8} {'of it sampling':>14}")
 for r in REGIMES:
     h, qd = regime_hists[r], regime_quality[r]
-    print(f"{r:<10} {h['kl'][-1]:>11.4f} {qd['gen_nll']:>8.3f} {qd['grammatical']:>11.0%} "
+    print(f"{r:<10} {h['kl'][-1]:>11.4f} {qd['gen_nll']:>8.3f} "
+          f"{qd['grammatical']:>11.0%} "
           f"{h['gen_calls']:>9d} {h['seconds']:>8.2f} {h['gen_seconds']:>14.2f}")
 src = regime_hists["adaptive"]["sources"]
-print("adaptive steps by source:", {k: src.count(k) for k in ("generate", "replay", "data")},
+print("adaptive steps by "
+      "source:", {k: src.count(k) for k in ("generate", "replay", "data")},
       " phi over the evaluations:", regime_hists["adaptive"]["phi"])
 
-gen_ratio = regime_quality["adaptive"]["gen_nll"] / regime_quality["on-policy"]["gen_nll"]
-calls_ratio = regime_hists["adaptive"]["gen_calls"] / max(regime_hists["on-policy"]["gen_calls"], 1)
+gen_ratio = (
+    regime_quality["adaptive"]["gen_nll"] / regime_quality["on-policy"]["gen_nll"]
+)
+calls_ratio = regime_hists["adaptive"]["gen_calls"] / max(
+    regime_hists["on-policy"]["gen_calls"], 1
+)
 speedup = regime_hists["on-policy"]["seconds"] / regime_hists["adaptive"]["seconds"]
 run.metric("regime_gen_nll", {r: q["gen_nll"] for r, q in regime_quality.items()})
 run.metric("regime_kl", {r: h["kl"][-1] for r, h in regime_hists.items()})
@@ -688,7 +822,13 @@ run.metric("regime_seconds", {r: h["seconds"] for r, h in regime_hists.items()})
 
 fig, axes = plt.subplots(1, 2, figsize=(8, 3))
 for i, r in enumerate(REGIMES):
-    axes[0].plot(regime_hists[r]["step"], regime_hists[r]["kl"], marker=".", color=f"C{i}", label=r)
+    axes[0].plot(
+        regime_hists[r]["step"],
+        regime_hists[r]["kl"],
+        marker=".",
+        color=f"C{i}",
+        label=r,
+    )
 axes[0].set(xlabel="distillation step", ylabel="held-out KL(p || q)", yscale="log")
 axes[0].legend()
 train_s = [regime_hists[r]["seconds"] - regime_hists[r]["gen_seconds"] for r in REGIMES]
@@ -696,8 +836,12 @@ gen_s = [regime_hists[r]["gen_seconds"] for r in REGIMES]
 axes[1].barh(REGIMES, train_s, color="C0", label="forward/backward")
 axes[1].barh(REGIMES, gen_s, left=train_s, color="C3", label="sampling")
 for i, r in enumerate(REGIMES):
-    axes[1].text(train_s[i] + gen_s[i], i, f" {regime_hists[r]['gen_calls']} calls", va="center")
-axes[1].set(xlabel="training seconds", xlim=(0, 1.35 * max(t + g for t, g in zip(train_s, gen_s))))
+    axes[1].text(train_s[i] + gen_s[i], i, f" {regime_hists[r]['gen_calls']} "
+                                           f"calls", va="center")
+axes[1].set(
+    xlabel="training seconds",
+    xlim=(0, 1.35 * max(t + g for t, g in zip(train_s, gen_s))),
+)
 axes[1].legend(loc="lower right")
 plt.show()
 
@@ -735,7 +879,8 @@ for kind in ("FKL", "RKL"):
     for row in qd["samples"][:4]:
         w = words_of(row[1:])
         mark = "ok " if "<bos>" not in w and REVIEWS.accepts(w, prefix=True) else "BAD"
-        print(f"   {mark} {TOK.decode(row[1:1 + PROMPT_LEN])} | {TOK.decode(row[1 + PROMPT_LEN:])}")
+        print(f"   {mark} {TOK.decode(row[1:1 + PROMPT_LEN])} | "
+              f"{TOK.decode(row[1 + PROMPT_LEN:])}")
 run.metric("mode_gen_nll", {k: q["gen_nll"] for k, q in mode_quality.items()})
 run.metric("mode_grammatical", {k: q["grammatical"] for k, q in mode_quality.items()})
 run.metric("mode_distinct", {k: q["distinct"] for k, q in mode_quality.items()})
@@ -769,14 +914,17 @@ run.metric("mode_distinct", {k: q["distinct"] for k, q in mode_quality.items()})
 
 # %%
 run.claim("SKL grad / (1-alpha)/alpha", skl_bound_ratio, "<=", 1.000001,
-          "the skew KL gradient w.r.t. student probabilities is bounded by (1-alpha)/alpha",
+          "the skew KL gradient w.r.t. student probabilities is bounded by "
+          "(1-alpha)/alpha",
           digits=7)
 run.claim("FKL grad at q=1e-6", fkl_toy, ">=", 1e5,
           "the forward KL gradient w.r.t. student probabilities is unbounded as q -> 0")
 run.claim("KL(SKL) / KL(RKL)", final_kl["SKL"] / final_kl["RKL"], "<=", 0.95,
           "skew KL distils to a lower held-out KL than reverse KL")
-run.claim("noisy teacher: KL(SKL) / KL(FKL)", noisy_kl["SKL"] / noisy_kl["FKL"], "<=", 0.7,
-          "skew KL is robust where forward KL's unbounded gradient bites: a noisy teacher")
+run.claim("noisy teacher: KL(SKL) / "
+          "KL(FKL)", noisy_kl["SKL"] / noisy_kl["FKL"], "<=", 0.7,
+          "skew KL is robust where forward KL's unbounded gradient bites: a noisy "
+          "teacher")
 run.claim("adaptive / on-policy gen NLL", gen_ratio, "<=", 1.05,
           "adaptive off-policy SGO keeps the generation quality of on-policy SGO")
 run.claim("adaptive / on-policy gen calls", calls_ratio, "<=", 0.5,
@@ -803,7 +951,8 @@ run.verdict()
 
 # %%
 def skl_geometric_probs(p, q, alpha):
-    """A deliberately broken SKL: the mixture formed in log space (a geometric mixture)."""
+    """A deliberately broken SKL: the mixture formed in log space (a geometric mixture).
+    """
     log_m = alpha * torch.log(p.clamp_min(1e-300)) + (1 - alpha) * torch.log(q)
     return (torch.special.xlogy(p, p) - p * log_m).sum(-1)
 
@@ -838,11 +987,28 @@ def widget_run(alpha_w, kind, regime, target="clean"):
     if key not in widget_cache:
         s = make_model(student_width, 1, 2)
         s.load_state_dict(sft_state)
-        t = teacher if target == "clean" else NoisyTeacher(teacher, teacher_noise, seed + 6)
-        h = distill(s, t, kind=kind, alpha=alpha_w, steps=cfg.widget_steps, regime=regime,
-                    pool=pool, val=val, val_teacher_logits=val_teacher_logits, seed=seed + 4,
-                    lr=cfg.fast_lr, phi0=phi0, eps=loss_eps, capacity=replay_capacity,
-                    eval_every=max(1, cfg.widget_steps // 5))
+        t = (
+            teacher
+            if target == "clean"
+            else NoisyTeacher(teacher, teacher_noise, seed + 6)
+        )
+        h = distill(
+            s,
+            t,
+            kind=kind,
+            alpha=alpha_w,
+            steps=cfg.widget_steps,
+            regime=regime,
+            pool=pool,
+            val=val,
+            val_teacher_logits=val_teacher_logits,
+            seed=seed + 4,
+            lr=cfg.fast_lr,
+            phi0=phi0,
+            eps=loss_eps,
+            capacity=replay_capacity,
+            eval_every=max(1, cfg.widget_steps // 5),
+        )
         widget_cache[key] = (h, sample_quality(s, teacher, widget_prompts, seed + 5))
     return widget_cache[key]
 
@@ -850,13 +1016,17 @@ def widget_run(alpha_w, kind, regime, target="clean"):
 def update(alpha_w, kind, regime, target):
     ref, _ = widget_run(0.0, "FKL", "offline", target)
     h, qd = widget_run(alpha_w, kind, regime, target)
-    fig, axes = plt.subplots(1, 3, figsize=(10, 3), gridspec_kw=dict(width_ratios=[1, 1, 1.6]))
+    fig, axes = plt.subplots(
+        1, 3, figsize=(10, 3), gridspec_kw=dict(width_ratios=[1, 1, 1.6])
+    )
     axes[0].plot(ref["step"], ref["kl"], color="0.6", label=f"FKL, offline, {target}")
     axes[0].plot(h["step"], h["kl"], marker=".", color="C3", label=f"{kind}, {regime}")
     axes[0].set(xlabel="step", ylabel="held-out KL(p || q)", yscale="log")
     axes[0].legend()
     train_s = h["seconds"] - h["gen_seconds"]
-    axes[1].bar(["fwd/bwd", "sampling"], [train_s, h["gen_seconds"]], color=["C0", "C3"])
+    axes[1].bar(
+        ["fwd/bwd", "sampling"], [train_s, h["gen_seconds"]], color=["C0", "C3"]
+    )
     axes[1].set(ylabel="seconds", title=f"{h['gen_calls']} generation calls")
     axes[2].axis("off")
     lines = [f"grammatical {qd['grammatical']:.0%}, distinct {qd['distinct']:.0%}, "
@@ -864,13 +1034,17 @@ def update(alpha_w, kind, regime, target):
     for row in qd["samples"][:4]:
         lines.append(TOK.decode(row[1:1 + PROMPT_LEN]) + " | "
                      + TOK.decode(row[1 + PROMPT_LEN:1 + PROMPT_LEN + 9]) + " ...")
-    axes[2].text(0, 1, "\n".join(lines), va="top", family="monospace", fontsize=7, wrap=True)
+    axes[2].text(
+        0, 1, "\n".join(lines), va="top", family="monospace", fontsize=7, wrap=True
+    )
     plt.show()
 
 
 widget_run(0.0, "FKL", "offline", "clean")  # precompute the reference curve
 controls = dict(
-    alpha_w=W.FloatSlider(value=alpha, min=0.0, max=1.0, step=0.05, description="alpha"),
+    alpha_w=W.FloatSlider(
+        value=alpha, min=0.0, max=1.0, step=0.05, description="alpha"
+    ),
     kind=W.Dropdown(options=list(LOSSES), value="SKL", description="loss"),
     regime=W.Dropdown(options=list(REGIMES), value="offline", description="regime"),
     target=W.Dropdown(options=["clean", "noisy"], value="clean", description="teacher"),

@@ -85,7 +85,9 @@ run = icmlbook.start("09_degeneration_free_rl", tier=tier, seed=seed,
 icmlbook.use_style()
 cfg = run.pick(
     smoke=dict(ref_steps=40, iters=3, n_prompts=8, group=2, n_eval=32, n_widget=16),
-    default=dict(ref_steps=300, iters=60, n_prompts=32, group=4, n_eval=256, n_widget=48),
+    default=dict(
+        ref_steps=300, iters=60, n_prompts=32, group=4, n_eval=256, n_widget=48
+    ),
 )
 GRAMMAR = REVIEWS  # the book's toy language (icmlbook.toylang): short movie reviews
 TOK = Tokenizer.for_grammar(REVIEWS, "word", specials=("<bos>",))
@@ -94,7 +96,8 @@ PROMPT_WORDS = 2  # a prompt is <bos> and the first two words of a grammatical s
 TIE_TOL = 1e-6  # |log pi_theta - log pi_ref| below this is a tie (in both masks)
 BETAS = (0.0, 0.2, 1.0)  # KL coefficients of the penalized baseline
 print(f"tier {tier}: vocabulary {len(TOK)} words, {cfg.iters} RL iterations of "
-      f"{cfg.n_prompts} prompts x {cfg.group} samples, {cont_len} words per continuation")
+      f"{cfg.n_prompts} prompts x {cfg.group} samples, {cont_len} words per "
+      f"continuation")
 
 # %% [markdown]
 # ## The toy language and the reward
@@ -170,13 +173,19 @@ def train_reference(lm_data, vocab_size, steps, seed):
     model = TinyGPT(GPTConfig(vocab_size=vocab_size, d_model=48, n_layers=2, n_heads=4,
                               max_len=32, abs_pe="learned"))
     gen = torch.Generator().manual_seed(seed)
-    losses = fit_lm(model, lambda s: lm_data[torch.randint(len(lm_data), (32,), generator=gen)],
-                    steps, lr=3e-3, desc="reference LM")
+    losses = fit_lm(
+        model,
+        lambda s: lm_data[torch.randint(len(lm_data), (32,), generator=gen)],
+        steps,
+        lr=3e-3,
+        desc="reference LM",
+    )
     return model.eval().requires_grad_(False), losses
 
 
 ref, ref_losses = train_reference(lm_data, len(TOK), cfg.ref_steps, seed)
-print(f"reference LM: {ref.n_params()} parameters, final loss {np.mean(ref_losses[-20:]):.3f} "
+print(f"reference LM: {ref.n_params()} parameters, final loss "
+      f"{np.mean(ref_losses[-20:]):.3f} "
       f"nats/word")
 
 # %% [markdown]
@@ -273,7 +282,8 @@ print(f"reference LM: {ref.n_params()} parameters, final loss {np.mean(ref_losse
 
 # %%
 def kl_masks(logp_theta, logp_ref, tol=TIE_TOL):
-    """Eq. 4: M+ = {pi_theta <= pi_ref}, M- = {pi_theta >= pi_ref}, ties (|diff| <= tol) in both."""
+    """Eq. 4: M+ = {pi_theta <= pi_ref}, M- = {pi_theta >= pi_ref}, ties (|diff| <= tol)
+    in both."""
     diff = logp_theta - logp_ref
     return diff <= tol, diff >= -tol
 
@@ -285,18 +295,24 @@ def nucleus_of(logits, top_p):
 
 
 def behaviour_logits(logits_theta, logits_ref, which, top_p, tol=TIE_TOL, guard=False):
-    """Logits of a sampling policy: 'theta' (the nucleus of pi_theta), or 'plus' / 'minus'
-    (Eq. 5: pi_theta restricted to M+ or M- within the nucleus N_p of pi_theta, renormalised
-    by the softmax). guard=True (inference) also intersects N_p with pi_ref's nucleus."""
+    """Logits of a sampling policy: 'theta' (the nucleus of pi_theta), or 'plus' /
+    'minus'
+    (Eq. 5: pi_theta restricted to M+ or M- within the nucleus N_p of pi_theta,
+    renormalised
+    by the softmax). guard=True (inference) also intersects N_p with pi_ref's
+    nucleus."""
     nucleus = nucleus_of(logits_theta, top_p)
     if which == "theta":
         return logits_theta.masked_fill(~nucleus, float("-inf"))
     if guard:
         both = nucleus & nucleus_of(logits_ref, top_p)
         nucleus = torch.where(both.any(-1, keepdim=True), both, nucleus)
-    plus, minus = kl_masks(logits_theta.log_softmax(-1), logits_ref.log_softmax(-1), tol)
+    plus, minus = kl_masks(
+        logits_theta.log_softmax(-1), logits_ref.log_softmax(-1), tol
+    )
     keep = (plus if which == "plus" else minus) & nucleus
-    keep = keep | (nucleus & ~keep.any(-1, keepdim=True))  # empty mask: fall back to N_p
+    # empty mask: fall back to N_p
+    keep = keep | (nucleus & ~keep.any(-1, keepdim=True))
     return logits_theta.masked_fill(~keep, float("-inf"))
 
 
@@ -318,13 +334,15 @@ def sample(policy, ref, prompts, n_new, which, top_p, generator, guard=False):
 
 # %%
 def continuation_logp(model, ids, t0):
-    """log pi(y_t | s_t) of the generated words (B, T) and the full log-probs (B, T, V)."""
+    """log pi(y_t | s_t) of the generated words (B, T) and the full log-probs (B, T, V).
+    """
     logp = model(ids[:, :-1])[:, t0 - 1:].log_softmax(-1)
     return logp.gather(-1, ids[:, t0:, None]).squeeze(-1), logp
 
 
 def words_of(ids, t0, tok):
-    """The generated words of each row (specials included, so <bos> is ungrammatical)."""
+    """The generated words of each row (specials included, so <bos> is ungrammatical).
+    """
     return [[tok.symbols[i] for i in row[t0:].tolist()] for row in ids]
 
 
@@ -334,25 +352,29 @@ def rewards_of(ids, t0, tok, grammar):
 
 
 def group_advantage(values, group):
-    """Eq. 3's baseline: subtract the mean over the `group` samples of the same prompt."""
+    """Eq. 3's baseline: subtract the mean over the `group` samples of the same prompt.
+    """
     v = values.reshape(-1, group, *values.shape[1:])
     return (v - v.mean(1, keepdim=True)).reshape(values.shape)
 
 
 def kl_shaped_returns(R, logp_theta, logp_ref, beta):
-    """Eq. 2: per-token reward -beta * log-ratio, plus R at the last token; return-to-go."""
+    """Eq. 2: per-token reward -beta * log-ratio, plus R at the last token;
+    return-to-go."""
     r = -beta * (logp_theta - logp_ref)
     r[:, -1] += R
     return r.flip(1).cumsum(1).flip(1)
 
 
 def truncate_advantage(adv, sign):
-    """Eq. 6: keep the positive part for pi+ rollouts (sign=+1), the negative for pi-."""
+    """Eq. 6: keep the positive part for pi+ rollouts (sign=+1), the negative for pi-.
+    """
     return adv.clamp(min=0.0) if sign > 0 else adv.clamp(max=0.0)
 
 
 def pg_loss(logp, adv):
-    """Eqs. 3 and 7 as a loss: -sum_t A_t log pi_theta(a_t | s_t), averaged over rows."""
+    """Eqs. 3 and 7 as a loss: -sum_t A_t log pi_theta(a_t | s_t), averaged over rows.
+    """
     return -(adv.detach() * logp).sum(1).mean()
 
 
@@ -364,11 +386,20 @@ def pg_loss(logp, adv):
 # ablations (without masks both sets come from $\pi_\theta$).
 
 # %%
-def pg_step(policy, ref, prompts, *, beta, group, n_new, top_p, tok, grammar, generator):
+def pg_step(
+    policy, ref, prompts, *, beta, group, n_new, top_p, tok, grammar, generator
+):
     """Loss and mean reward of one KL-penalized policy-gradient batch (Eqs. 2-3)."""
     t0 = prompts.shape[1]
-    ids = sample(policy, ref, prompts.repeat_interleave(group, 0), n_new, "theta", top_p,
-                 generator)
+    ids = sample(
+        policy,
+        ref,
+        prompts.repeat_interleave(group, 0),
+        n_new,
+        "theta",
+        top_p,
+        generator,
+    )
     R = rewards_of(ids, t0, tok, grammar)
     logp, _ = continuation_logp(policy, ids, t0)
     with torch.no_grad():
@@ -397,7 +428,8 @@ def dfpo_step(policy, ref, prompts, *, group, n_new, top_p, tok, grammar, genera
 
 def rl_train(ref, prompts, *, method, iters, lr, n_prompts, group, n_new, top_p, seed,
              tok, grammar, beta=0.0, mask=True, truncate=True):
-    """Fine-tune a copy of `ref` for `iters` Adam steps; returns it and the reward curve."""
+    """Fine-tune a copy of `ref` for `iters` Adam steps; returns it and the reward
+    curve."""
     policy = copy.deepcopy(ref).train().requires_grad_(True)
     gen = torch.Generator().manual_seed(seed)
     opt = torch.optim.Adam(policy.parameters(), lr=lr)
@@ -409,7 +441,9 @@ def rl_train(ref, prompts, *, method, iters, lr, n_prompts, group, n_new, top_p,
         if method == "pg":
             loss, r = pg_step(policy, ref, batch, beta=beta, **common)
         else:
-            loss, r = dfpo_step(policy, ref, batch, mask=mask, truncate=truncate, **common)
+            loss, r = dfpo_step(
+                policy, ref, batch, mask=mask, truncate=truncate, **common
+            )
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(policy.parameters(), 1.0)
@@ -472,16 +506,28 @@ LR_PAIR = (1.0, 2.0)  # the two learning rates, in units of the parameter `lr`
 specs = [dict(name=f"PG beta={b:g}, lr x{m:g}", method="pg", beta=b, lr_mult=m)
          for m in LR_PAIR for b in BETAS]
 specs += [dict(name=f"DfPO, lr x{m:g}", method="dfpo", lr_mult=m) for m in LR_PAIR]
-specs += [dict(name="DfPO masks only (no truncation)", method="dfpo", truncate=False, lr_mult=1.0),
-          dict(name="DfPO truncation only (no masks)", method="dfpo", mask=False, lr_mult=1.0)]
+specs += [dict(name="DfPO masks only (no "
+                    "truncation)", method="dfpo", truncate=False, lr_mult=1.0),
+          dict(name="DfPO truncation only (no "
+                    "masks)", method="dfpo", mask=False, lr_mult=1.0)]
 
 models, curves = {}, {}
 for i, spec in enumerate(icmlbook.progress(specs, desc="RL runs")):
     kw = {k: v for k, v in spec.items() if k not in ("name", "lr_mult")}
     models[spec["name"]], curves[spec["name"]] = rl_train(
-        ref, train_prompts, iters=cfg.iters, lr=lr * spec["lr_mult"], n_prompts=cfg.n_prompts,
-        group=cfg.group, n_new=cont_len, top_p=top_p, seed=1000 * seed + i, tok=TOK,
-        grammar=GRAMMAR, **kw)
+        ref,
+        train_prompts,
+        iters=cfg.iters,
+        lr=lr * spec["lr_mult"],
+        n_prompts=cfg.n_prompts,
+        group=cfg.group,
+        n_new=cont_len,
+        top_p=top_p,
+        seed=1000 * seed + i,
+        tok=TOK,
+        grammar=GRAMMAR,
+        **kw,
+    )
 
 # %%
 ev = dict(n_new=cont_len, top_p=top_p, tok=TOK, grammar=GRAMMAR, seed=seed + 7)
@@ -491,13 +537,19 @@ for spec in specs:
     if spec["method"] == "pg":
         results[name] = evaluate(models[name], ref, eval_prompts, "theta", **ev)
     else:
-        results[name + " [pi-]"] = evaluate(models[name], ref, eval_prompts, "minus", **ev)
-        results[name + " [pi_theta]"] = evaluate(models[name], ref, eval_prompts, "theta", **ev)
+        results[name + " [pi-]"] = evaluate(
+            models[name], ref, eval_prompts, "minus", **ev
+        )
+        results[name + " [pi_theta]"] = evaluate(
+            models[name], ref, eval_prompts, "theta", **ev
+        )
 
-print(f"{'run':<46} {'reward':>6} {'gramm.':>6} {'refPPL':>7} {'dist-1':>6} {'dist-2':>6} "
+print(f"{'run':<46} {'reward':>6} {'gramm.':>6} {'refPPL':>7} {'dist-1':>6} "
+      f"{'dist-2':>6} "
       f"{'KL(th|ref)':>10}")
 for name, r in results.items():
-    print(f"{name:<46} {r['reward']:>6.3f} {r['grammatical']:>6.3f} {r['ref_ppl']:>7.2f} "
+    print(f"{name:<46} {r['reward']:>6.3f} {r['grammatical']:>6.3f} "
+          f"{r['ref_ppl']:>7.2f} "
           f"{r['distinct1']:>6.3f} {r['distinct2']:>6.3f} {r['kl']:>10.4f}")
 run.metric("results", {k: {m: round(v, 4) for m, v in r.items() if m != "texts"}
                        for k, r in results.items()})
@@ -508,7 +560,8 @@ run.metric("results", {k: {m: round(v, 4) for m, v in r.items() if m != "texts"}
 # noticeably more positive adjectives than the reference.
 
 # %%
-for name in ("reference", "PG beta=0, lr x1", "PG beta=0.2, lr x1", "DfPO, lr x1 [pi-]"):
+for name in ("reference", "PG beta=0, lr "
+                          "x1", "PG beta=0.2, lr x1", "DfPO, lr x1 [pi-]"):
     print(f"--- {name}")
     for text in results[name]["texts"][:4]:
         print("   ", text)
@@ -526,8 +579,13 @@ for name in ("reference", "PG beta=0, lr x1", "PG beta=0.2, lr x1", "DfPO, lr x1
 fig, axes = plt.subplots(1, 2, figsize=(9, 3.2))
 for i, (name, c) in enumerate(curves.items()):
     smooth = np.convolve(c, np.ones(5) / 5, mode="valid") if len(c) >= 5 else c
-    axes[0].plot(smooth, lw=1.2 if "DfPO" in name else 0.9, ls="-" if "DfPO" in name else "--",
-                 label=name, color=f"C{i}")
+    axes[0].plot(
+        smooth,
+        lw=1.2 if "DfPO" in name else 0.9,
+        ls="-" if "DfPO" in name else "--",
+        label=name,
+        color=f"C{i}",
+    )
 axes[0].set(xlabel="iteration", ylabel="batch reward (5-step mean)", ylim=(0, 1.05))
 axes[0].legend(fontsize=6, ncol=2)
 def scatter_style(name):
@@ -546,9 +604,16 @@ def scatter_style(name):
 seen = set()
 for name, r in results.items():
     marker, color, filled, label = scatter_style(name)
-    axes[1].scatter(r["ref_ppl"], r["reward"], marker=marker, s=90 if marker == "*" else 35,
-                    color=color if filled else "none", edgecolor=color, lw=1.2,
-                    label=None if label in seen else label)
+    axes[1].scatter(
+        r["ref_ppl"],
+        r["reward"],
+        marker=marker,
+        s=90 if marker == "*" else 35,
+        color=color if filled else "none",
+        edgecolor=color,
+        lw=1.2,
+        label=None if label in seen else label,
+    )
     seen.add(label)
 axes[1].set(xscale="log", xlabel="reference perplexity (log)", ylabel="reward",
             title="filled: lr, hollow: 2 lr")
@@ -569,16 +634,32 @@ dfpo_model = models["DfPO, lr x1"]
 with torch.no_grad():
     z_ref, z_th = ref(state)[0, -1], dfpo_model(state)[0, -1]
 p_ref, p_th = z_ref.softmax(-1), z_th.softmax(-1)
-p_minus = behaviour_logits(z_th[None], z_ref[None], "minus", top_p, guard=True)[0].softmax(-1)
-shown = [i for i in torch.argsort(-p_ref).tolist() if p_ref[i] > 0.01 or p_minus[i] > 0.01]
+p_minus = behaviour_logits(z_th[None], z_ref[None], "minus", top_p, guard=True)[
+    0
+].softmax(-1)
+shown = [
+    i for i in torch.argsort(-p_ref).tolist() if p_ref[i] > 0.01 or p_minus[i] > 0.01
+]
 x = np.arange(len(shown))
 fig, ax = plt.subplots(figsize=(8, 2.8))
 ax.bar(x - 0.27, p_ref[shown], 0.27, label=r"$\pi_{\mathrm{ref}}$", color="0.6")
 ax.bar(x, p_th[shown], 0.27, label=r"$\pi_\theta$ (DfPO)", color="C0")
 ax.bar(x + 0.27, p_minus[shown], 0.27, label=r"$\pi^-$ (inference, Eq. 8)", color="C3")
-ax.set_xticks(x, [TOK.symbols[i] + ("+" if GRAMMAR.sentiment.get(TOK.symbols[i], 0) > 0 else
-                                    "-" if GRAMMAR.sentiment.get(TOK.symbols[i], 0) < 0 else "")
-                  for i in shown], rotation=45)
+ax.set_xticks(
+    x,
+    [
+        TOK.symbols[i]
+        + (
+            "+"
+            if GRAMMAR.sentiment.get(TOK.symbols[i], 0) > 0
+            else "-"
+            if GRAMMAR.sentiment.get(TOK.symbols[i], 0) < 0
+            else ""
+        )
+        for i in shown
+    ],
+    rotation=45,
+)
 ax.set(ylabel="probability", title="next word after 'the film was' (+/-: sentiment)")
 ax.legend()
 plt.show()
@@ -615,22 +696,29 @@ ref_r = results["reference"]
 dfpo = [results[f"DfPO, lr x{m:g} [pi-]"] for m in LR_PAIR]
 pg0 = [results[f"PG beta=0, lr x{m:g}"] for m in LR_PAIR]
 gain = {b: results[f"PG beta={b:g}, lr x1"]["reward"] - ref_r["reward"] for b in BETAS}
-run.claim("DfPO reward gain, worse of 2 lrs", min(d["reward"] for d in dfpo) - ref_r["reward"],
-          ">=", 0.15, "DfPO raises the task reward substantially, with no KL coefficient")
-run.claim("DfPO grammatical rate, worse lr", min(d["grammatical"] for d in dfpo), ">=", 0.95,
+run.claim("DfPO reward gain, worse of 2 "
+          "lrs", min(d["reward"] for d in dfpo) - ref_r["reward"],
+          ">=", 0.15, "DfPO raises the task reward substantially, with no KL "
+                      "coefficient")
+run.claim("DfPO grammatical rate, worse "
+          "lr", min(d["grammatical"] for d in dfpo), ">=", 0.95,
           "DfPO's text stays grammatical (exact acceptor)")
 run.claim("DfPO ref-PPL / reference, worse lr",
           max(d["ref_ppl"] for d in dfpo) / ref_r["ref_ppl"], "<=", 1.15,
           "DfPO's text stays natural under the reference model")
-run.claim("PG beta=0 grammatical rate, worse lr", max(p["grammatical"] for p in pg0), "<=", 0.5,
+run.claim("PG beta=0 grammatical rate, worse "
+          "lr", max(p["grammatical"] for p in pg0), "<=", 0.5,
           "without a KL penalty, RL fine-tuning degenerates (reward hacking)")
-run.claim("DfPO distinct-2 / reference", dfpo[0]["distinct2"] / ref_r["distinct2"], ">=", 0.35,
+run.claim("DfPO distinct-2 / "
+          "reference", dfpo[0]["distinct2"] / ref_r["distinct2"], ">=", 0.35,
           "DfPO's text does not collapse to a few phrases")
 run.claim("PG gain beta=1 / gain beta=0.2", gain[1.0] / max(gain[0.2], 1e-9), "<=", 0.5,
-          "the penalized baseline is sensitive to beta: too large and the reward barely moves")
+          "the penalized baseline is sensitive to beta: too large and the reward "
+          "barely moves")
 run.claim("KL drift DfPO / tuned PG", results["DfPO, lr x1 [pi_theta]"]["kl"]
           / max(results["PG beta=0.2, lr x1"]["kl"], 1e-12), "<=", 0.5,
-          "DfPO's network stays closer to the reference than the tuned penalized baseline")
+          "DfPO's network stays closer to the reference than the tuned penalized "
+          "baseline")
 run.metric("dfpo_pi_theta_reward_change", results["DfPO, lr x1 [pi_theta]"]["reward"]
            - ref_r["reward"])
 
@@ -649,10 +737,13 @@ run.verdict()
 # above-reference word further up): the updates no longer stop at $\pi_{\mathrm{ref}}$.
 
 # %%
-for name in ("DfPO, lr x1", "DfPO masks only (no truncation)", "DfPO truncation only (no masks)"):
+for name in ("DfPO, lr "
+             "x1", "DfPO masks only (no "
+                   "truncation)", "DfPO truncation only (no masks)"):
     a, b = results[name + " [pi-]"], results[name + " [pi_theta]"]
     print(f"{name:<34} pi-: reward {a['reward']:.3f} gramm. {a['grammatical']:.3f} | "
-          f"pi_theta: reward {b['reward']:.3f} gramm. {b['grammatical']:.3f} KL {b['kl']:.4f}")
+          f"pi_theta: reward {b['reward']:.3f} gramm. {b['grammatical']:.3f} KL "
+          f"{b['kl']:.4f}")
 
 # %% [markdown]
 # ## Explore
@@ -673,7 +764,8 @@ widget_cache = {}
 
 
 def widget_eval(name, which):
-    """Evaluate a stored run on the widget's prompts (cached: a move answers at once)."""
+    """Evaluate a stored run on the widget's prompts (cached: a move answers at once).
+    """
     key = (name, which)
     if key not in widget_cache:
         model = ref if name == "reference" else models[name]
@@ -682,7 +774,8 @@ def widget_eval(name, which):
 
 
 def dfpo_run_name(lr_mult, mask, truncate):
-    """The stored DfPO variant for the widget's toggles (FF is the unpenalized baseline)."""
+    """The stored DfPO variant for the widget's toggles (FF is the unpenalized
+    baseline)."""
     if mask and truncate:
         return f"DfPO, lr x{lr_mult:g}"
     if mask:
@@ -698,14 +791,31 @@ def update(beta, lr_mult, mask, truncate, inference):
     which = "theta" if d_name.startswith("PG") else inference
     base, d, r0 = widget_eval(base_name, "theta"), widget_eval(d_name, which), \
         widget_eval("reference", "theta")
-    fig, axes = plt.subplots(1, 2, figsize=(10, 3.4), gridspec_kw=dict(width_ratios=[1, 1.6]))
+    fig, axes = plt.subplots(
+        1, 2, figsize=(10, 3.4), gridspec_kw=dict(width_ratios=[1, 1.6])
+    )
     for name, r in results.items():
         axes[0].scatter(r["grammatical"], r["reward"], color="0.75", s=18)
-    axes[0].scatter(r0["grammatical"], r0["reward"], marker="s", color="k", s=40, label="reference")
-    axes[0].scatter(base["grammatical"], base["reward"], color="C1", s=70, edgecolor="k",
-                    label=f"PG beta={beta:g}, lr x{lr_mult:g}")
-    axes[0].scatter(d["grammatical"], d["reward"], marker="*", color="C3", s=160, edgecolor="k",
-                    label=f"{d_name} [{which}]")
+    axes[0].scatter(
+        r0["grammatical"], r0["reward"], marker="s", color="k", s=40, label="reference"
+    )
+    axes[0].scatter(
+        base["grammatical"],
+        base["reward"],
+        color="C1",
+        s=70,
+        edgecolor="k",
+        label=f"PG beta={beta:g}, lr x{lr_mult:g}",
+    )
+    axes[0].scatter(
+        d["grammatical"],
+        d["reward"],
+        marker="*",
+        color="C3",
+        s=160,
+        edgecolor="k",
+        label=f"{d_name} [{which}]",
+    )
     axes[0].set(xlim=(-0.05, 1.05), ylim=(-0.05, 1.05), xlabel="grammatical rate",
                 ylabel="reward")
     axes[0].legend(fontsize=6, loc="lower left")
@@ -725,12 +835,16 @@ def update(beta, lr_mult, mask, truncate, inference):
 
 controls = dict(
     beta=W.SelectionSlider(options=list(BETAS), value=0.2, description="PG beta"),
-    lr_mult=W.ToggleButtons(options=[("lr", 1.0), ("2 lr", 2.0)], value=1.0,
-                            description="learning rate"),
+    lr_mult=W.ToggleButtons(
+        options=[("lr", 1.0), ("2 lr", 2.0)], value=1.0, description="learning rate"
+    ),
     mask=W.Checkbox(value=True, description="DfPO KL-masks"),
     truncate=W.Checkbox(value=True, description="DfPO truncation"),
-    inference=W.Dropdown(options=[("pi-", "minus"), ("pi_theta", "theta"), ("pi+", "plus")],
-                         value="minus", description="DfPO infers"),
+    inference=W.Dropdown(
+        options=[("pi-", "minus"), ("pi_theta", "theta"), ("pi+", "plus")],
+        value="minus",
+        description="DfPO infers",
+    ),
 )
 icmlbook.explore(update, controls, run=run)
 

@@ -44,9 +44,11 @@
 tier = "default"  # smoke | default | full: size of the experiment
 seed = 0  # drives every random number in the chapter
 lam_score = 0.3  # lambda_score: weight of the score-matching term in the generator loss
-t_lo = 25  # lowest diffusion step of the noise band, out of 1000 steps (sigma about 0.095)
+# lowest diffusion step of the noise band, out of 1000 steps (sigma about 0.095)
+t_lo = 25
 t_hi = 60  # highest diffusion step of the noise band (sigma about 0.20)
-lazy_freq = 1  # add the score term every lazy_freq generator steps (the paper's "lazy" regularity)
+# add the score term every lazy_freq generator steps (the paper's "lazy" regularity)
+lazy_freq = 1
 
 # %% tags=["validate"]
 from icmlbook import check_int, check_range, check_seed, check_tier
@@ -83,23 +85,51 @@ run = icmlbook.start("10_score_matching_gans", tier=tier, seed=seed,
                                  lazy_freq=lazy_freq))
 icmlbook.use_style()
 cfg = run.pick(
-    smoke=dict(replicas=1, warmup_steps=60, reg_steps=60, diff_steps=60, n_eval=1000,
-               widget_warmup=20, widget_steps=5, ring_steps=30),
-    default=dict(replicas=5, warmup_steps=600, reg_steps=800, diff_steps=1500, n_eval=4000,
-                 widget_warmup=600, widget_steps=60, ring_steps=1500),
-    full=dict(replicas=8, warmup_steps=2000, reg_steps=3000, diff_steps=6000, n_eval=10000,
-              widget_warmup=1000, widget_steps=150, ring_steps=3000),
+    smoke=dict(
+        replicas=1,
+        warmup_steps=60,
+        reg_steps=60,
+        diff_steps=60,
+        n_eval=1000,
+        widget_warmup=20,
+        widget_steps=5,
+        ring_steps=30,
+    ),
+    default=dict(
+        replicas=5,
+        warmup_steps=600,
+        reg_steps=800,
+        diff_steps=1500,
+        n_eval=4000,
+        widget_warmup=600,
+        widget_steps=60,
+        ring_steps=1500,
+    ),
+    full=dict(
+        replicas=8,
+        warmup_steps=2000,
+        reg_steps=3000,
+        diff_steps=6000,
+        n_eval=10000,
+        widget_warmup=1000,
+        widget_steps=150,
+        ring_steps=3000,
+    ),
 )
 N_MEANS = 320  # Gaussian components along the spiral (spacing about 1.3 x their std)
 DATA_STD = 0.03  # std s of each component: the thickness of the manifold
-OFF_DIST = 0.12  # a sample is "off the manifold" farther than 4 s from the nearest centre
+# a sample is "off the manifold" farther than 4 s from the nearest centre
+OFF_DIST = 0.12
 N_SEGMENTS = 16  # the spiral is cut into 16 arc-length segments for the coverage count
 BATCH = 64  # GAN minibatch
 LR = 5e-4  # Adam learning rate of G and D
 HIDDEN = 64  # width of the three hidden layers of G and of D
-SCORE_DRAWS = 4  # (t, eps) draws per generated sample in the Monte Carlo estimate of Eq. 4
-print(f"tier {tier}: {cfg.replicas} GAN replica(s) per arm, {cfg.warmup_steps} warm-up + "
-      f"{cfg.reg_steps} regularized steps, diffusion model trained {cfg.diff_steps} steps")
+# (t, eps) draws per generated sample in the Monte Carlo estimate of Eq. 4
+SCORE_DRAWS = 4
+print(f"tier {tier}: {cfg.replicas} GAN replica(s) per arm, {cfg.warmup_steps} warm-up "
+      f"+ "
+      f"{cfg.reg_steps} regularized steps, diffusion model trained {cfg.diff_steps} "
+      f"steps")
 
 # %% [markdown]
 # ## The idea in math
@@ -159,17 +189,21 @@ print(f"tier {tier}: {cfg.replicas} GAN replica(s) per arm, {cfg.warmup_steps} w
 
 # %%
 def spiral_means(n=N_MEANS, turns=1.25, r0=0.5, r1=2.0):
-    """n points equally spaced in arc length on an Archimedean spiral from radius r0 to r1."""
+    """n points equally spaced in arc length on an Archimedean spiral from radius r0 to
+    r1."""
     u = torch.linspace(0, 1, 20 * n)
     theta, r = u * turns * 2 * math.pi, r0 + (r1 - r0) * u
     pts = torch.stack([r * torch.cos(theta), r * torch.sin(theta)], dim=1)
     arc = torch.cat([torch.zeros(1), (pts[1:] - pts[:-1]).norm(dim=1).cumsum(0)])
-    idx = torch.searchsorted(arc, torch.linspace(0, float(arc[-1]), n)).clamp(max=len(u) - 1)
+    idx = torch.searchsorted(arc, torch.linspace(0, float(arc[-1]), n)).clamp(
+        max=len(u) - 1
+    )
     return pts[idx]
 
 
 def sample_gmm(means, s, n, generator=None):
-    """n samples of the mixture of Eq. 1: a random centre plus isotropic noise of std s."""
+    """n samples of the mixture of Eq. 1: a random centre plus isotropic noise of std s.
+    """
     k = torch.randint(0, len(means), (n,), generator=generator)
     return means[k] + s * torch.randn(n, means.shape[1], generator=generator)
 
@@ -206,16 +240,20 @@ def gmm_log_pt(x, a, sigma, means, s):
 SCHED = Schedule.linear()  # DDPM: T = 1000, betas 1e-4 .. 0.02
 means = spiral_means()
 check_gen = torch.Generator().manual_seed(seed)
-x_chk = (1.5 * torch.randn(500, 2, generator=check_gen, dtype=torch.float64)).requires_grad_(True)
+x_chk = (
+    1.5 * torch.randn(500, 2, generator=check_gen, dtype=torch.float64)
+).requires_grad_(True)
 t_chk = torch.randint(0, 200, (500,), generator=check_gen)
 a_chk = SCHED.alpha[t_chk].double().unsqueeze(-1)
 s_chk = SCHED.sigma[t_chk].double().unsqueeze(-1)
-grad_log_pt = torch.autograd.grad(gmm_log_pt(x_chk, a_chk, s_chk, means.double(), DATA_STD).sum(),
-                                  x_chk)[0]
+grad_log_pt = torch.autograd.grad(
+    gmm_log_pt(x_chk, a_chk, s_chk, means.double(), DATA_STD).sum(), x_chk
+)[0]
 score_check_err = float((gmm_eps_star(x_chk, a_chk, s_chk, means.double(), DATA_STD)
                          + s_chk * grad_log_pt).detach().abs().max())
 print(f"max |eps*(Eq. 3) + sigma * autograd grad log p_t| = {score_check_err:.1e}")
-print("noise band: steps", t_lo, "..", t_hi, f"-> sigma {float(SCHED.sigma[t_lo]):.3f} .. "
+print("noise band: "
+      "steps", t_lo, "..", t_hi, f"-> sigma {float(SCHED.sigma[t_lo]):.3f} .. "
       f"{float(SCHED.sigma[t_hi]):.3f}")
 
 # %% [markdown]
@@ -229,15 +267,20 @@ print("noise band: steps", t_lo, "..", t_hi, f"-> sigma {float(SCHED.sigma[t_lo]
 
 # %%
 class EnsembleMLP(nn.Module):
-    """M independent MLPs d_in -> hidden... -> d_out with LeakyReLU(0.2), evaluated with bmm."""
+    """M independent MLPs d_in -> hidden... -> d_out with LeakyReLU(0.2), evaluated with
+    bmm."""
 
     def __init__(self, members, widths):
         super().__init__()
         self.weights, self.biases = nn.ParameterList(), nn.ParameterList()
         for a, b in zip(widths[:-1], widths[1:]):
             bound = 1 / math.sqrt(a)  # nn.Linear's default initialization
-            self.weights.append(nn.Parameter(torch.empty(members, a, b).uniform_(-bound, bound)))
-            self.biases.append(nn.Parameter(torch.empty(members, 1, b).uniform_(-bound, bound)))
+            self.weights.append(
+                nn.Parameter(torch.empty(members, a, b).uniform_(-bound, bound))
+            )
+            self.biases.append(
+                nn.Parameter(torch.empty(members, 1, b).uniform_(-bound, bound))
+            )
 
     @property
     def members(self):
@@ -251,12 +294,17 @@ class EnsembleMLP(nn.Module):
         return x
 
     def select(self, idx):
-        """A new ensemble made of copies of members idx (a list of indices, repeats allowed)."""
+        """A new ensemble made of copies of members idx (a list of indices, repeats
+        allowed)."""
         new = EnsembleMLP.__new__(EnsembleMLP)
         nn.Module.__init__(new)
         idx = torch.as_tensor(idx)
-        new.weights = nn.ParameterList([nn.Parameter(w.detach()[idx].clone()) for w in self.weights])
-        new.biases = nn.ParameterList([nn.Parameter(b.detach()[idx].clone()) for b in self.biases])
+        new.weights = nn.ParameterList(
+            [nn.Parameter(w.detach()[idx].clone()) for w in self.weights]
+        )
+        new.biases = nn.ParameterList(
+            [nn.Parameter(b.detach()[idx].clone()) for b in self.biases]
+        )
         return new
 
 
@@ -280,21 +328,27 @@ class EnsembleMLP(nn.Module):
 
 # %%
 def smart_loss(fake, eps_fn, sched, t_lo, t_hi, generator=None, draws=1):
-    """Eq. 4 per ensemble member: fake (M, B, 2) -> (M,) mean squared noise-prediction error,
+    """Eq. 4 per ensemble member: fake (M, B, 2) -> (M,) mean squared noise-prediction
+    error,
     averaged over `draws` independent (t, eps) per sample."""
     fake = fake.repeat(1, draws, 1)
     t = torch.randint(t_lo, t_hi + 1, fake.shape[:-1], generator=generator)
     eps = torch.randn(fake.shape, generator=generator)
-    x_t = q_sample(fake.reshape(-1, fake.shape[-1]), t.reshape(-1), eps.reshape(-1, fake.shape[-1]),
-                   sched).reshape(fake.shape)
+    x_t = q_sample(
+        fake.reshape(-1, fake.shape[-1]),
+        t.reshape(-1),
+        eps.reshape(-1, fake.shape[-1]),
+        sched,
+    ).reshape(fake.shape)
     return ((eps_fn(x_t, t) - eps) ** 2).mean(dim=(-2, -1))
 
 
 def exact_eps_fn(means, s, sched):
     """The exact noise predictor of Eq. 3 as a function eps_fn(x_t, t)."""
     def eps_fn(x_t, t):
-        return gmm_eps_star(x_t, sched.alpha[t].unsqueeze(-1), sched.sigma[t].unsqueeze(-1),
-                            means, s)
+        return gmm_eps_star(
+            x_t, sched.alpha[t].unsqueeze(-1), sched.sigma[t].unsqueeze(-1), means, s
+        )
     return eps_fn
 
 
@@ -306,11 +360,27 @@ def exact_eps_fn(means, s, sched):
 # together). `lam = 0` is the plain GAN, the baseline, trained by the very same code.
 
 # %%
-def train_gan(G, D, sample_real, steps, lam=None, eps_fns=None, sched=None, t_band=(25, 60),
-              lazy_freq=1, lr=LR, batch=BATCH, generator=None, progress=None, draws=SCORE_DRAWS):
-    """Train the ensembles G, D for `steps` steps of Eq. 5, plus lam[m] * Eq. 4 for member m.
+def train_gan(
+    G,
+    D,
+    sample_real,
+    steps,
+    lam=None,
+    eps_fns=None,
+    sched=None,
+    t_band=(25, 60),
+    lazy_freq=1,
+    lr=LR,
+    batch=BATCH,
+    generator=None,
+    progress=None,
+    draws=SCORE_DRAWS,
+):
+    """Train the ensembles G, D for `steps` steps of Eq. 5, plus lam[m] * Eq. 4 for
+    member m.
 
-    sample_real(n) returns n data points; eps_fns[m] is member m's frozen noise predictor.
+    sample_real(n) returns n data points; eps_fns[m] is member m's frozen noise
+    predictor.
     Returns the per-step generator losses (adversarial, score), each (steps, M).
     """
     M = G.members
@@ -334,16 +404,18 @@ def train_gan(G, D, sample_real, steps, lam=None, eps_fns=None, sched=None, t_ba
         score = torch.zeros(M)
         if groups and step % lazy_freq == 0:
             for eps_fn, members in groups.items():
-                score = score.index_put((torch.tensor(members),),
-                                        smart_loss(fake[members], eps_fn, sched, *t_band,
-                                                   generator, draws))
+                score = score.index_put(
+                    (torch.tensor(members),),
+                    smart_loss(fake[members], eps_fn, sched, *t_band, generator, draws),
+                )
         opt_g.zero_grad()
         (adv + lam * score).sum().backward()
         opt_g.step()
         hist_adv.append(adv.detach())
         hist_score.append(score.detach())
     return torch.stack(hist_adv) if steps else torch.zeros(0, M), (
-        torch.stack(hist_score) if steps else torch.zeros(0, M))
+        torch.stack(hist_score) if steps else torch.zeros(0, M)
+    )
 
 
 # %% [markdown]
@@ -369,16 +441,22 @@ def off_manifold_fraction(x, means, off_dist=OFF_DIST):
 
 
 def coverage(x, means, n_segments=N_SEGMENTS, min_share=0.01):
-    """Number of arc-length segments holding more than min_share of the points of x (..., n, 2)."""
+    """Number of arc-length segments holding more than min_share of the points of x
+    (..., n, 2)."""
     nearest = torch.cdist(x, means.expand(*x.shape[:-2], *means.shape)).argmin(dim=-1)
-    share = F.one_hot(nearest * n_segments // len(means), n_segments).float().mean(dim=-2)
+    share = (
+        F.one_hot(nearest * n_segments // len(means), n_segments).float().mean(dim=-2)
+    )
     return (share > min_share).sum(dim=-1)
 
 
 def mmd(x, y, bandwidth=0.1):
-    """Squared MMD between samples x (..., n, 2) and y (m, 2), RBF kernel (biased V-statistic)."""
+    """Squared MMD between samples x (..., n, 2) and y (m, 2), RBF kernel (biased
+    V-statistic)."""
     def k(a, b):
-        return torch.exp(-torch.cdist(a, b) ** 2 / (2 * bandwidth**2)).mean(dim=(-2, -1))
+        return torch.exp(-(torch.cdist(a, b) ** 2) / (2 * bandwidth**2)).mean(
+            dim=(-2, -1)
+        )
     return k(x, x) + k(y, y) - 2 * k(x, y.expand(*x.shape[:-2], *y.shape))
 
 
@@ -391,11 +469,27 @@ def mmd(x, y, bandwidth=0.1):
 # keep oscillating, and one snapshot would be noisy.
 
 # %%
-def compare_arms(G0, D0, lams, eps_fns, sample_real, means, steps, sched, t_band, lazy_freq,
-                 n_eval, real_eval, generator=None, n_chunks=5, progress=None):
+def compare_arms(
+    G0,
+    D0,
+    lams,
+    eps_fns,
+    sample_real,
+    means,
+    steps,
+    sched,
+    t_band,
+    lazy_freq,
+    n_eval,
+    real_eval,
+    generator=None,
+    n_chunks=5,
+    progress=None,
+):
     """Train len(lams) arms from copies of the R warmed-up members of G0, D0.
 
-    Returns the metrics {"off", "cov", "mmd"} as (arms, R) tensors, the mean off-manifold
+    Returns the metrics {"off", "cov", "mmd"} as (arms, R) tensors, the mean
+    off-manifold
     fraction per arm at every checkpoint (n_chunks, arms), and the trained generators.
     """
     A, R = len(lams), G0.members
@@ -405,17 +499,37 @@ def compare_arms(G0, D0, lams, eps_fns, sample_real, means, steps, sched, t_band
     fns = [f for f in eps_fns for _ in range(R)]
     evals, curves = [], []
     for chunk in range(n_chunks):
-        wrap = None if progress is None else (
-            lambda it, c=chunk: progress(it, f"{A} arms, part {c + 1}/{n_chunks}"))
-        train_gan(G, D, sample_real, steps // n_chunks, lam=lam, eps_fns=fns, sched=sched,
-                  t_band=t_band, lazy_freq=lazy_freq, generator=generator, progress=wrap)
+        wrap = (
+            None
+            if progress is None
+            else (
+                lambda it, c=chunk: progress(it, f"{A} arms, part {c + 1}/{n_chunks}")
+            )
+        )
+        train_gan(
+            G,
+            D,
+            sample_real,
+            steps // n_chunks,
+            lam=lam,
+            eps_fns=fns,
+            sched=sched,
+            t_band=t_band,
+            lazy_freq=lazy_freq,
+            generator=generator,
+            progress=wrap,
+        )
         with torch.no_grad():
             x = G(torch.randn(G.members, n_eval, 2, generator=generator))
             curves.append(off_manifold_fraction(x, means).view(A, R).mean(1))
             if chunk >= n_chunks - 3:
-                evals.append(dict(off=off_manifold_fraction(x, means),
-                                  cov=coverage(x, means).float(),
-                                  mmd=mmd(x[:, :len(real_eval)], real_eval)))
+                evals.append(
+                    dict(
+                        off=off_manifold_fraction(x, means),
+                        cov=coverage(x, means).float(),
+                        mmd=mmd(x[:, : len(real_eval)], real_eval),
+                    )
+                )
     final = {k: torch.stack([e[k] for e in evals]).mean(0).view(A, R) for k in evals[0]}
     return final, torch.stack(curves), G
 
@@ -441,9 +555,17 @@ def sample_spiral(n):
 
 
 eps_model = EpsMLP(dim=2, hidden=(128, 128))
-diff_losses = train_eps_model(eps_model, sample_spiral, SCHED, steps=cfg.diff_steps, batch=256,
-                              lr=2e-3, t_max=100, generator=gen,
-                              progress=lambda it: icmlbook.progress(it, desc="diffusion model"))
+diff_losses = train_eps_model(
+    eps_model,
+    sample_spiral,
+    SCHED,
+    steps=cfg.diff_steps,
+    batch=256,
+    lr=2e-3,
+    t_max=100,
+    generator=gen,
+    progress=lambda it: icmlbook.progress(it, desc="diffusion model"),
+)
 eps_model.requires_grad_(False)
 
 
@@ -454,10 +576,20 @@ def learned_eps_fn(x_t, t):
 exact_fn = exact_eps_fn(means, DATA_STD, SCHED)
 with torch.no_grad():
     t_q = torch.randint(t_lo, t_hi + 1, (4000,), generator=gen)
-    x_on = q_sample(sample_spiral(4000), t_q, torch.randn(4000, 2, generator=gen), SCHED)
+    x_on = q_sample(
+        sample_spiral(4000), t_q, torch.randn(4000, 2, generator=gen), SCHED
+    )
     x_off = 2.2 * torch.rand(4000, 2, generator=gen) * 2 - 2.2
-    cos_on = float(F.cosine_similarity(learned_eps_fn(x_on, t_q), exact_fn(x_on, t_q), dim=-1).mean())
-    cos_off = float(F.cosine_similarity(learned_eps_fn(x_off, t_q), exact_fn(x_off, t_q), dim=-1).mean())
+    cos_on = float(
+        F.cosine_similarity(
+            learned_eps_fn(x_on, t_q), exact_fn(x_on, t_q), dim=-1
+        ).mean()
+    )
+    cos_off = float(
+        F.cosine_similarity(
+            learned_eps_fn(x_off, t_q), exact_fn(x_off, t_q), dim=-1
+        ).mean()
+    )
 print(f"diffusion loss, last 100 steps: {np.mean(diff_losses[-100:]):.3f}")
 print(f"cosine(learned eps, exact eps) in the band: {cos_on:.3f} on noised data, "
       f"{cos_off:.3f} on a uniform grid of the square")
@@ -486,22 +618,38 @@ train_gan(g_warm, d_warm, sample_spiral, cfg.warmup_steps, generator=gen,
 ARMS = ("GAN", "SMaRt, exact score", "SMaRt, learned score")
 real_eval = sample_spiral(1500)
 final, curves, G = compare_arms(
-    g_warm, d_warm, [0.0, lam_score, lam_score], [None, exact_fn, learned_eps_fn], sample_spiral, means,
-    cfg.reg_steps, SCHED, (t_lo, t_hi), lazy_freq, cfg.n_eval, real_eval, gen,
-    progress=lambda it, desc: icmlbook.progress(it, desc=desc, lines=1))
+    g_warm,
+    d_warm,
+    [0.0, lam_score, lam_score],
+    [None, exact_fn, learned_eps_fn],
+    sample_spiral,
+    means,
+    cfg.reg_steps,
+    SCHED,
+    (t_lo, t_hi),
+    lazy_freq,
+    cfg.n_eval,
+    real_eval,
+    gen,
+    progress=lambda it, desc: icmlbook.progress(it, desc=desc, lines=1),
+)
 cov_min = final["cov"]  # mean over the checkpoints
 
 # %% [markdown]
 # ### Results
 
 # %%
-print(f"{'arm':<22} {'off-manifold':>12} {'coverage (of 16)':>17} {'MMD':>8}   per replica off")
+print(f"{'arm':<22} {'off-manifold':>12} {'coverage (of 16)':>17} {'MMD':>8}   per "
+      f"replica off")
 for i, arm in enumerate(ARMS):
-    print(f"{arm:<22} {float(final['off'][i].mean()):>12.3f} {float(cov_min[i].float().mean()):>17.1f} "
+    print(f"{arm:<22} {float(final['off'][i].mean()):>12.3f} "
+          f"{float(cov_min[i].float().mean()):>17.1f} "
           f"{float(final['mmd'][i].mean()):>8.4f}   "
           + " ".join(f"{v:.3f}" for v in final["off"][i].tolist()))
 for key in ("off", "mmd"):
-    run.metric(f"{key}_per_arm", {arm: final[key][i].tolist() for i, arm in enumerate(ARMS)})
+    run.metric(
+        f"{key}_per_arm", {arm: final[key][i].tolist() for i, arm in enumerate(ARMS)}
+    )
 run.metric("coverage_per_arm", {arm: cov_min[i].tolist() for i, arm in enumerate(ARMS)})
 
 # %% tags=["hide-input"]
@@ -514,7 +662,8 @@ for i, arm in enumerate(ARMS):
     ax.scatter(*real_eval.T, s=1, color="0.75", label="data")
     ax.scatter(*pts[~far].T, s=1, color="C0", label="on")
     ax.scatter(*pts[far].T, s=2, color="C3", label="off")
-    ax.set(title=f"{arm}\noff {float(far.float().mean()):.3f}", xlim=(-2.4, 2.4), ylim=(-2.4, 2.4),
+    ax.set(title=f"{arm}\noff "
+                 f"{float(far.float().mean()):.3f}", xlim=(-2.4, 2.4), ylim=(-2.4, 2.4),
            aspect="equal", xticks=[], yticks=[])
 axes[0].legend(loc="lower left", markerscale=4, fontsize=7)
 steps_axis = np.arange(1, len(curves) + 1) * (cfg.reg_steps // len(curves))
@@ -564,7 +713,8 @@ run.claim("coverage, exact score - GAN", cov_arm[1] - cov_arm[0], ">=", -2.0,
           "no mode dropping: the regularized GAN covers the whole manifold")
 run.claim("MMD ratio, exact score / GAN", mmd_arm[1] / mmd_arm[0], "<=", 1.35,
           "the regularized distribution is no farther from the data")
-run.claim("off-manifold ratio, learned score / GAN", off_arm[2] / off_arm[0], "<=", 0.75,
+run.claim("off-manifold ratio, learned score / "
+          "GAN", off_arm[2] / off_arm[0], "<=", 0.75,
           "a learned diffusion model's score does the same")
 run.claim("coverage, learned score - GAN", cov_arm[2] - cov_arm[0], ">=", -1.0,
           "no mode dropping with the learned score either")
@@ -612,32 +762,56 @@ RING_STD = 0.05
 widget_gen = torch.Generator().manual_seed(seed + 1)
 presets = {"spiral": (means, DATA_STD), "8 modes": (RING_MEANS, RING_STD)}
 warm = {"spiral": (g_warm.select([0]), d_warm.select([0]))}
-Gr, Dr = EnsembleMLP(1, [2, HIDDEN, HIDDEN, HIDDEN, 2]), EnsembleMLP(1, [2, HIDDEN, HIDDEN, HIDDEN, 1])
-train_gan(Gr, Dr, lambda n: sample_gmm(RING_MEANS, RING_STD, n, widget_gen), cfg.widget_warmup,
-          generator=widget_gen)
+Gr, Dr = (
+    EnsembleMLP(1, [2, HIDDEN, HIDDEN, HIDDEN, 2]),
+    EnsembleMLP(1, [2, HIDDEN, HIDDEN, HIDDEN, 1]),
+)
+train_gan(
+    Gr,
+    Dr,
+    lambda n: sample_gmm(RING_MEANS, RING_STD, n, widget_gen),
+    cfg.widget_warmup,
+    generator=widget_gen,
+)
 warm["8 modes"] = (Gr, Dr)
-RING_LAMS = (0.0, 0.03, 0.1, 0.3, 1.0, 3.0)  # the from-scratch ring GANs' regularizer weights
+# the from-scratch ring GANs' regularizer weights
+RING_LAMS = (0.0, 0.03, 0.1, 0.3, 1.0, 3.0)
 ring_fn = exact_eps_fn(RING_MEANS, RING_STD, SCHED)
 G_scratch = EnsembleMLP(len(RING_LAMS), [2, HIDDEN, HIDDEN, HIDDEN, 2])
 D_scratch = EnsembleMLP(len(RING_LAMS), [2, HIDDEN, HIDDEN, HIDDEN, 1])
-train_gan(G_scratch, D_scratch, lambda n: sample_gmm(RING_MEANS, RING_STD, n, widget_gen),
-          cfg.ring_steps, lam=list(RING_LAMS), eps_fns=[ring_fn] * len(RING_LAMS), sched=SCHED,
-          t_band=(t_lo, t_hi), generator=widget_gen,
-          progress=lambda it: icmlbook.progress(it, desc="ring GANs from scratch"))
+train_gan(
+    G_scratch,
+    D_scratch,
+    lambda n: sample_gmm(RING_MEANS, RING_STD, n, widget_gen),
+    cfg.ring_steps,
+    lam=list(RING_LAMS),
+    eps_fns=[ring_fn] * len(RING_LAMS),
+    sched=SCHED,
+    t_band=(t_lo, t_hi),
+    generator=widget_gen,
+    progress=lambda it: icmlbook.progress(it, desc="ring GANs from scratch"),
+)
 with torch.no_grad():
     ring_scratch = G_scratch(torch.randn(len(RING_LAMS), 1500, 2, generator=widget_gen))
 ring_modes = [int(coverage(pts, RING_MEANS, len(RING_MEANS))) for pts in ring_scratch]
 print(f"ring GANs trained from scratch for {cfg.ring_steps} steps, modes kept (of 8):")
 print("  " + ", ".join(f"lambda {lam:g}: {k}" for lam, k in zip(RING_LAMS, ring_modes)))
 run.metric("ring_from_scratch_modes", dict(zip(map(str, RING_LAMS), ring_modes)))
-grid = torch.stack(torch.meshgrid(torch.linspace(-2.3, 2.3, 13), torch.linspace(-2.3, 2.3, 13),
-                                  indexing="xy"), dim=-1).reshape(-1, 2)
+grid = torch.stack(
+    torch.meshgrid(
+        torch.linspace(-2.3, 2.3, 13), torch.linspace(-2.3, 2.3, 13), indexing="xy"
+    ),
+    dim=-1,
+).reshape(-1, 2)
 
 
 def score_force(points, mu, s, lo, hi):
-    """-grad of Eq. 4 (exact score) at each point, with the chapter's SCORE_DRAWS draws."""
+    """-grad of Eq. 4 (exact score) at each point, with the chapter's SCORE_DRAWS draws.
+    """
     x = points[None].clone().requires_grad_(True)
-    loss = smart_loss(x, exact_eps_fn(mu, s, SCHED), SCHED, lo, hi, widget_gen, SCORE_DRAWS)
+    loss = smart_loss(
+        x, exact_eps_fn(mu, s, SCHED), SCHED, lo, hi, widget_gen, SCORE_DRAWS
+    )
     return -torch.autograd.grad(loss.sum(), x)[0][0]
 
 
@@ -645,36 +819,60 @@ def update(data, lam_w, lazy_w, band):
     mu, s = presets[data]
     lo, hi = int(band[0]), max(int(band[1]), int(band[0]))
     G1, D1 = (m.select([0]) for m in warm[data])
-    train_gan(G1, D1, lambda n: sample_gmm(mu, s, n, widget_gen), cfg.widget_steps,
-              lam=[lam_w], eps_fns=[exact_eps_fn(mu, s, SCHED)], sched=SCHED, t_band=(lo, hi),
-              lazy_freq=lazy_w, generator=widget_gen)
+    train_gan(
+        G1,
+        D1,
+        lambda n: sample_gmm(mu, s, n, widget_gen),
+        cfg.widget_steps,
+        lam=[lam_w],
+        eps_fns=[exact_eps_fn(mu, s, SCHED)],
+        sched=SCHED,
+        t_band=(lo, hi),
+        lazy_freq=lazy_w,
+        generator=widget_gen,
+    )
     with torch.no_grad():
         pts = G1(torch.randn(1, 1500, 2, generator=widget_gen))[0]
     pts = pts[torch.isfinite(pts).all(dim=1)].clamp(-3, 3)
     force = score_force(grid, mu, s, lo, hi)
     force = force / force.norm(dim=1, keepdim=True).clamp_min(1e-12)
     ring = data == "8 modes"
-    fig, axes = plt.subplots(1, 2 if ring else 1, figsize=(8.6 if ring else 4.6, 4.2), squeeze=False)
+    fig, axes = plt.subplots(
+        1, 2 if ring else 1, figsize=(8.6 if ring else 4.6, 4.2), squeeze=False
+    )
     ax = axes[0, 0]
     ax.scatter(*sample_gmm(mu, s, 1500, widget_gen).T, s=1, color="0.75", label="data")
     ax.scatter(*pts.T, s=1, color="C0", label="generated")
     ax.quiver(*grid.T, *force.T, color="C3", alpha=0.6, scale=30, width=0.004)
     off = float(off_manifold_fraction(pts, mu, 4 * s)) if len(pts) else float("nan")
-    ax.set(title=f"{data}: lambda {lam_w:g}, every {lazy_w} step(s), sigma "
-                 f"{float(SCHED.sigma[lo]):.2f}-{float(SCHED.sigma[hi]):.2f}\n"
-                 f"off-manifold {off:.3f}, segments/modes covered "
-                 f"{int(coverage(pts, mu, min(N_SEGMENTS, len(mu)))) if len(pts) else 0}",
-           xlim=(-2.6, 2.6), ylim=(-2.6, 2.6), aspect="equal")
+    ax.set(
+        title=f"{data}: lambda {lam_w:g}, every {lazy_w} step(s), sigma "
+        f"{float(SCHED.sigma[lo]):.2f}-{float(SCHED.sigma[hi]):.2f}\n"
+        f"off-manifold {off:.3f}, segments/modes covered "
+        f"{int(coverage(pts, mu, min(N_SEGMENTS, len(mu)))) if len(pts) else 0}",
+        xlim=(-2.6, 2.6),
+        ylim=(-2.6, 2.6),
+        aspect="equal",
+    )
     ax.title.set_fontsize(8)
     ax.legend(loc="lower left", markerscale=4, fontsize=7)
-    if ring:  # the from-scratch GAN with the nearest precomputed lambda (on a log scale)
-        i = int(np.argmin([abs(math.log10(max(lam_w, 1e-3)) - math.log10(max(lam, 1e-3)))
-                           for lam in RING_LAMS]))
+    # the from-scratch GAN with the nearest precomputed lambda (on a log scale)
+    if ring:
+        i = int(
+            np.argmin(
+                [
+                    abs(math.log10(max(lam_w, 1e-3)) - math.log10(max(lam, 1e-3)))
+                    for lam in RING_LAMS
+                ]
+            )
+        )
         ax2 = axes[0, 1]
         ax2.scatter(*sample_gmm(mu, s, 1500, widget_gen).T, s=1, color="0.75")
         ax2.scatter(*ring_scratch[i].clamp(-3, 3).T, s=1, color="C1")
-        ax2.set(title=f"from scratch, lambda {RING_LAMS[i]:g}, {cfg.ring_steps} steps:\n"
-                      f"{ring_modes[i]} of 8 modes kept", xlim=(-2.6, 2.6), ylim=(-2.6, 2.6),
+        ax2.set(title=f"from scratch, lambda {RING_LAMS[i]:g}, {cfg.ring_steps} "
+                      f"steps:\n"
+                      f"{ring_modes[i]} of 8 modes "
+                      f"kept", xlim=(-2.6, 2.6), ylim=(-2.6, 2.6),
                 aspect="equal")
         ax2.title.set_fontsize(8)
     plt.show()
@@ -682,10 +880,18 @@ def update(data, lam_w, lazy_w, band):
 
 controls = dict(
     data=W.Dropdown(options=list(presets), value="spiral", description="data"),
-    lam_w=W.FloatLogSlider(value=lam_score if lam_score > 0 else 0.3, base=10, min=-3, max=1,
-                           step=0.25, description="lambda"),
+    lam_w=W.FloatLogSlider(
+        value=lam_score if lam_score > 0 else 0.3,
+        base=10,
+        min=-3,
+        max=1,
+        step=0.25,
+        description="lambda",
+    ),
     lazy_w=W.IntSlider(value=lazy_freq, min=1, max=16, description="lazy freq"),
-    band=W.IntRangeSlider(value=(t_lo, t_hi), min=0, max=300, step=5, description="t band"),
+    band=W.IntRangeSlider(
+        value=(t_lo, t_hi), min=0, max=300, step=5, description="t band"
+    ),
 )
 icmlbook.explore(update, controls, run=run)
 

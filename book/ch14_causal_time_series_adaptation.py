@@ -52,9 +52,11 @@
 # %% tags=["parameters"]
 tier = "default"  # smoke | default | full: size of the experiment
 seed = 0  # drives every random number in the chapter
-shift_mode = "reverse"  # target shift of the spurious edge: vanish | attenuate | reverse | permute
+# target shift of the spurious edge: vanish | attenuate | reverse | permute
+shift_mode = "reverse"
 spurious_strength = 1.2  # coupling of the spurious edge x2 -> x3 in the source
-shift_factor = 0.3  # target coupling is this factor times the source's (attenuate, reverse)
+# target coupling is this factor times the source's (attenuate, reverse)
+shift_factor = 0.3
 lam_int = 1.0  # weight of the domain-intervention invariance loss (Eq. 8)
 lam_p = 1.0  # weight of the causal prototype consistency loss (Eq. 9)
 lam_d = 0.5  # weight of the domain losses on the two branches (Eq. 10)
@@ -92,21 +94,59 @@ import torch.nn.functional as F
 from torch import nn
 import icmlbook
 
-run = icmlbook.start("14_causal_time_series_adaptation", tier=tier, seed=seed,
-                     params=dict(shift_mode=shift_mode, spurious_strength=spurious_strength,
-                                 shift_factor=shift_factor, lam_int=lam_int, lam_p=lam_p,
-                                 lam_d=lam_d, lam_s=lam_s, lam_stab=lam_stab))
+run = icmlbook.start(
+    "14_causal_time_series_adaptation",
+    tier=tier,
+    seed=seed,
+    params=dict(
+        shift_mode=shift_mode,
+        spurious_strength=spurious_strength,
+        shift_factor=shift_factor,
+        lam_int=lam_int,
+        lam_p=lam_p,
+        lam_d=lam_d,
+        lam_s=lam_s,
+        lam_stab=lam_stab,
+    ),
+)
 icmlbook.use_style()
 cfg = run.pick(
-    smoke=dict(n=128, T=32, epochs=2, batch=64, warmup=1, n_test=128, ablations=False,
-               widget_n=100),
-    default=dict(n=768, T=48, epochs=30, batch=128, warmup=10, n_test=768, ablations=True,
-                 widget_n=400),
-    full=dict(n=2048, T=64, epochs=40, batch=128, warmup=10, n_test=2048, ablations=True,
-              widget_n=600),
+    smoke=dict(
+        n=128,
+        T=32,
+        epochs=2,
+        batch=64,
+        warmup=1,
+        n_test=128,
+        ablations=False,
+        widget_n=100,
+    ),
+    default=dict(
+        n=768,
+        T=48,
+        epochs=30,
+        batch=128,
+        warmup=10,
+        n_test=768,
+        ablations=True,
+        widget_n=400,
+    ),
+    full=dict(
+        n=2048,
+        T=64,
+        epochs=40,
+        batch=128,
+        warmup=10,
+        n_test=2048,
+        ablations=True,
+        widget_n=600,
+    ),
 )
-weights = dict(lam_int=lam_int, lam_p=lam_p, lam_d=lam_d, lam_s=lam_s, lam_stab=lam_stab)
-print(f"tier {tier}: {cfg.n} windows per domain of length {cfg.T}, {cfg.epochs} epochs, "
+weights = dict(
+    lam_int=lam_int, lam_p=lam_p, lam_d=lam_d, lam_s=lam_s, lam_stab=lam_stab
+)
+print(f"tier {tier}: {cfg.n} windows per domain of length {cfg.T}, {cfg.epochs} "
+      f"epochs, "
       f"target shift '{shift_mode}'")
 
 # %% [markdown]
@@ -135,17 +175,20 @@ V_VARS = 5  # number of variables
 N_CLASSES = 3
 CAUSAL_EDGE = (1, 0)  # (u, v): x_v drives x_u; the mask entry M[u, v]
 SPURIOUS_EDGE = (3, 2)
-REVERSE = {CAUSAL_EDGE: (0, 1), SPURIOUS_EDGE: (2, 3)}  # the same pair, the other direction
+# the same pair, the other direction
+REVERSE = {CAUSAL_EDGE: (0, 1), SPURIOUS_EDGE: (2, 3)}
 CLASS_SIGN = np.array([1.0, -1.0, 0.0])  # sign of c_y and s_y per class
 TARGET_SCALE = np.array([1.3, 1.3, 0.8, 1.0, 1.5])  # per-variable covariate shift
 TARGET_OFFSET = np.array([0.5, 0.5, -0.3, 0.0, 1.0])
 SHIFT_MODES = ("vanish", "attenuate", "reverse", "permute")
-PERMUTATION = np.array([1, 2, 0])  # 'permute': class k gets the source coupling of class k+1
+# 'permute': class k gets the source coupling of class k+1
+PERMUTATION = np.array([1, 2, 0])
 BURN_IN = 20  # steps dropped so that every window starts in the stationary regime
 
 
 def spurious_coupling(y, domain, strength, mode, factor):
-    """s_y of Eq. 1 for every window: the source coupling, or its shifted target version."""
+    """s_y of Eq. 1 for every window: the source coupling, or its shifted target
+    version."""
     base = strength * CLASS_SIGN
     if domain == "source":
         return base[y]
@@ -162,7 +205,8 @@ def spurious_coupling(y, domain, strength, mode, factor):
 
 def simulate(n, domain, rng, T=48, strength=1.2, mode="reverse", factor=0.3, c=0.9,
              causal_noise=0.8):
-    """n windows (n, V, T) of Eq. 1 and their labels; the target gets scale and offset."""
+    """n windows (n, V, T) of Eq. 1 and their labels; the target gets scale and offset.
+    """
     y = rng.integers(0, N_CLASSES, n)
     cy = c * CLASS_SIGN[y]
     sy = spurious_coupling(y, domain, strength, mode, factor)
@@ -202,7 +246,8 @@ def lag_corr(a, b, lag):
 
 
 def edge_statistics(x):
-    """(causal, spurious) statistics of windows x: lag-2 corr x1~x0, lag-1 corr x3~x2."""
+    """(causal, spurious) statistics of windows x: lag-2 corr x1~x0, lag-1 corr x3~x2.
+    """
     return lag_corr(x[:, 1], x[:, 0], 2), lag_corr(x[:, 3], x[:, 2], 1)
 
 
@@ -228,7 +273,8 @@ def predict_logistic(W, f):
 
 def statistic_accuracies(xs, ys, xt, yt):
     """Accuracy of logistic models on the causal, spurious and both statistics:
-    in the source (fit and test on the source) and transferred (fit source, test target)."""
+    in the source (fit and test on the source) and transferred (fit source, test
+    target)."""
     cs, ss = edge_statistics(xs)
     ct, st = edge_statistics(xt)
     out = {}
@@ -246,7 +292,8 @@ rng = np.random.default_rng(seed)
 sim = dict(T=cfg.T, strength=spurious_strength, mode=shift_mode, factor=shift_factor)
 xs, ys = simulate(cfg.n, "source", rng, **sim)  # labelled source (training)
 xt, yt_hidden = simulate(cfg.n, "target", rng, **sim)  # unlabelled target (training)
-xs_test, ys_test = simulate(cfg.n_test, "source", rng, **sim)  # held-out evaluation sets
+# held-out evaluation sets
+xs_test, ys_test = simulate(cfg.n_test, "source", rng, **sim)
 xt_test, yt_test = simulate(cfg.n_test, "target", rng, **sim)
 
 stat_acc = statistic_accuracies(xs, ys, xt_test, yt_test)
@@ -258,14 +305,25 @@ fig, axes = plt.subplots(1, 3, figsize=(9.5, 2.8))
 t_ax = np.arange(cfg.T)
 for v in range(V_VARS):
     axes[0].plot(t_ax, xs[0, v] + 4 * (V_VARS - 1 - v), lw=0.8)
-axes[0].set(yticks=4 * np.arange(V_VARS), yticklabels=[f"$x_{v}$" for v in range(4, -1, -1)],
-            xlabel="t", title=f"a source window (class {ys[0]})")
-for ax, (x, y, dom) in zip(axes[1:], [(xs, ys, "source"), (xt_test, yt_test, "target")]):
+axes[0].set(
+    yticks=4 * np.arange(V_VARS),
+    yticklabels=[f"$x_{v}$" for v in range(4, -1, -1)],
+    xlabel="t",
+    title=f"a source window (class {ys[0]})",
+)
+for ax, (x, y, dom) in zip(
+    axes[1:], [(xs, ys, "source"), (xt_test, yt_test, "target")]
+):
     c, s = edge_statistics(x)
     for k in range(N_CLASSES):
         ax.scatter(c[y == k], s[y == k], s=4, alpha=0.5, label=f"class {k}")
-    ax.set(xlabel="causal statistic (x1~x0, lag 2)", ylabel="spurious stat. (x3~x2, lag 1)",
-           title=dom, xlim=(-1, 1), ylim=(-1.05, 1.05))
+    ax.set(
+        xlabel="causal statistic (x1~x0, lag 2)",
+        ylabel="spurious stat. (x3~x2, lag 1)",
+        title=dom,
+        xlim=(-1, 1),
+        ylim=(-1.05, 1.05),
+    )
 axes[1].legend(markerscale=3)
 plt.show()
 
@@ -434,11 +492,14 @@ class RationaleNet(nn.Module):
         return torch.sigmoid(self.mask_logits)
 
     def forward(self, x):
-        """Rationale r^c, domain-specific r^s (Eq. 5) and attention I (Eq. 3) of x (B, V, T)."""
+        """Rationale r^c, domain-specific r^s (Eq. 5) and attention I (Eq. 3) of x (B,
+        V, T)."""
         B, V, T = x.shape
         code = self.encoder(x.reshape(B * V, 1, T)).reshape(B, V, self.d, T)
         hbar = code.mean(-1)
-        att = torch.softmax(self.q(hbar) @ self.k(hbar).transpose(1, 2) / self.d ** 0.5, -1)
+        att = torch.softmax(
+            self.q(hbar) @ self.k(hbar).transpose(1, 2) / self.d**0.5, -1
+        )
         M = self.mask()
         G_c, G_s = att * M, att * (1 - M)  # Eq. 4
         m = self.msg(edge_features(code))  # m_uv, (B, V, V, h)
@@ -448,7 +509,9 @@ class RationaleNet(nn.Module):
 
     def classify(self, r_c, r_s=None):
         """f([r^c, r^s]); r^s = 0 unless an intervention supplies one."""
-        return self.head(torch.cat([r_c, torch.zeros_like(r_c) if r_s is None else r_s], -1))
+        return self.head(
+            torch.cat([r_c, torch.zeros_like(r_c) if r_s is None else r_s], -1)
+        )
 
     @torch.no_grad()
     def predict(self, x):
@@ -460,19 +523,22 @@ class RationaleNet(nn.Module):
 
 # %%
 def intervention_loss(net, r_c_s, r_s_s, r_c_t, r_s_t, y_s, p_t, perm_s, perm_t):
-    """Eq. 8: swap in the other domain's domain-specific part; the prediction must hold."""
+    """Eq. 8: swap in the other domain's domain-specific part; the prediction must hold.
+    """
     swap_s = F.cross_entropy(net.classify(r_c_s, r_s_t[perm_t]), y_s)
     log_q = F.log_softmax(net.classify(r_c_t, r_s_s[perm_s]), -1)
     return swap_s + F.kl_div(log_q, p_t, reduction="batchmean")
 
 
 def prototype_loss(r_c_s, y_s, r_c_t, p_t, conf=0.6, n_classes=N_CLASSES):
-    """Eq. 9: squared distance of normalised class prototypes, source vs confident target."""
+    """Eq. 9: squared distance of normalised class prototypes, source vs confident
+    target."""
     w = p_t * (p_t.max(-1, keepdim=True).values > conf)  # confident pseudo-labels only
     total, used = r_c_s.new_zeros(()), 0
     for k in range(n_classes):
         in_s, w_k = y_s == k, w[:, k]
-        if in_s.sum() == 0 or w_k.sum() < 1e-6:  # an empty class would give NaN: skip it
+        # an empty class would give NaN: skip it
+        if in_s.sum() == 0 or w_k.sum() < 1e-6:
             continue
         p_s = F.normalize(r_c_s[in_s].mean(0), dim=0)
         p_tk = F.normalize((w_k[:, None] * r_c_t).sum(0) / w_k.sum(), dim=0)
@@ -487,12 +553,14 @@ def domain_loss(net, r_c, r_s, d):
 
 
 def interrelation_stats(x, lags=(1, 2)):
-    """rho^k_uv of Eq. 12: corr of x_u(t) with x_v(t - k) per window; (n, V, V, len(lags))."""
+    """rho^k_uv of Eq. 12: corr of x_u(t) with x_v(t - k) per window; (n, V, V,
+    len(lags))."""
     return np.stack([lag_corr(x[:, :, None], x[:, None, :], k) for k in lags], -1)
 
 
 def stability_discrepancy(xs, xt, normalise=True):
-    """D-hat of Eq. 12 (D without ``normalise``): how far each pair's lagged correlations
+    """D-hat of Eq. 12 (D without ``normalise``): how far each pair's lagged
+    correlations
     moved between the domains."""
     a, b = interrelation_stats(xs), interrelation_stats(xt)
     D = ((a.mean(0) - b.mean(0)) ** 2 + (a.std(0) - b.std(0)) ** 2).sum(-1)
@@ -522,19 +590,28 @@ def dann_loss(net, r_c, d):
 # %%
 def train_model(method, xs, ys, xt, seed, epochs=30, batch=128, lr=3e-3, mask_lr=3e-2,
                 weights=None, warmup=10, conf=0.6, d=8, h=32, desc=None):
-    """Train 'source', 'dann' or 'caudits' (Eq. 13 with ``weights``); returns the network."""
-    w = {**dict(lam_int=1.0, lam_p=1.0, lam_d=0.5, lam_s=0.02, lam_stab=3.0), **(weights or {})}
+    """Train 'source', 'dann' or 'caudits' (Eq. 13 with ``weights``); returns the
+    network."""
+    w = {
+        **dict(lam_int=1.0, lam_p=1.0, lam_d=0.5, lam_s=0.02, lam_stab=3.0),
+        **(weights or {}),
+    }
     torch.manual_seed(seed)
     g = torch.Generator().manual_seed(seed)
     net = RationaleNet(d=d, h=h, learn_mask=(method == "caudits"))
     rest = [p for name, p in net.named_parameters() if name != "mask_logits"]
     opt = torch.optim.Adam([{"params": rest, "lr": lr},
                             {"params": [net.mask_logits], "lr": mask_lr}])
-    D_hat = torch.as_tensor(stability_discrepancy(np.asarray(xs), np.asarray(xt)))  # Eq. 12
+    # Eq. 12
+    D_hat = torch.as_tensor(stability_discrepancy(np.asarray(xs), np.asarray(xt)))
     xs, ys, xt = torch.as_tensor(xs), torch.as_tensor(ys), torch.as_tensor(xt)
     batch = min(batch, len(xs), len(xt))
-    dom = torch.cat([torch.zeros(batch, dtype=torch.long), torch.ones(batch, dtype=torch.long)])
-    epochs_iter = range(epochs) if desc is None else icmlbook.progress(range(epochs), desc=desc)
+    dom = torch.cat(
+        [torch.zeros(batch, dtype=torch.long), torch.ones(batch, dtype=torch.long)]
+    )
+    epochs_iter = (
+        range(epochs) if desc is None else icmlbook.progress(range(epochs), desc=desc)
+    )
     for ep in epochs_iter:
         order_s = torch.randperm(len(xs), generator=g)
         order_t = torch.randperm(len(xt), generator=g)
@@ -545,7 +622,12 @@ def train_model(method, xs, ys, xt, seed, epochs=30, batch=128, lr=3e-3, mask_lr
                 loss = F.cross_entropy(net.classify(r_c_s), y_s)  # Eq. 6
             else:
                 r_c, r_s, _ = net(torch.cat([x_s, xt[order_t[i:i + batch]]]))
-                r_c_s, r_c_t, r_s_s, r_s_t = r_c[:batch], r_c[batch:], r_s[:batch], r_s[batch:]
+                r_c_s, r_c_t, r_s_s, r_s_t = (
+                    r_c[:batch],
+                    r_c[batch:],
+                    r_s[:batch],
+                    r_s[batch:],
+                )
                 loss = F.cross_entropy(net.classify(r_c_s), y_s)  # Eq. 6
             if method == "dann":
                 loss = loss + w["lam_d"] * dann_loss(net, r_c, dom)
@@ -555,7 +637,11 @@ def train_model(method, xs, ys, xt, seed, epochs=30, batch=128, lr=3e-3, mask_lr
                 perm_t = torch.randperm(batch, generator=g)
                 l_int = intervention_loss(net, r_c_s, r_s_s, r_c_t, r_s_t, y_s, p_t,
                                           perm_s, perm_t)
-                l_p = prototype_loss(r_c_s, y_s, r_c_t, p_t, conf) if ep >= warmup else 0.0
+                l_p = (
+                    prototype_loss(r_c_s, y_s, r_c_t, p_t, conf)
+                    if ep >= warmup
+                    else 0.0
+                )
                 loss = (loss + w["lam_int"] * l_int + w["lam_p"] * l_p  # Eq. 13
                         + w["lam_d"] * domain_loss(net, r_c, r_s, dom)
                         + w["lam_s"] * net.mask().mean()  # Eq. 11
@@ -574,7 +660,8 @@ def accuracy(net, x, y):
 
 
 def flip_rate(net, x_t, x_s, seed=0):
-    """Fraction of target predictions changed by the intervention f([r^c_t, r^s_s,pi])."""
+    """Fraction of target predictions changed by the intervention f([r^c_t, r^s_s,pi]).
+    """
     with torch.no_grad():
         r_c_t = net(torch.as_tensor(x_t))[0]
         r_s_s = net(torch.as_tensor(x_s))[1]
@@ -594,10 +681,15 @@ def flip_rate(net, x_t, x_s, seed=0):
 # %%
 train_kw = dict(epochs=cfg.epochs, batch=cfg.batch, warmup=cfg.warmup)
 nets = {
-    "source-only": train_model("source", xs, ys, xt, seed, desc="source-only", **train_kw),
-    "DANN": train_model("dann", xs, ys, xt, seed, weights=weights, desc="DANN", **train_kw),
-    "CauDiTS": train_model("caudits", xs, ys, xt, seed, weights=weights, desc="CauDiTS",
-                           **train_kw),
+    "source-only": train_model(
+        "source", xs, ys, xt, seed, desc="source-only", **train_kw
+    ),
+    "DANN": train_model(
+        "dann", xs, ys, xt, seed, weights=weights, desc="DANN", **train_kw
+    ),
+    "CauDiTS": train_model(
+        "caudits", xs, ys, xt, seed, weights=weights, desc="CauDiTS", **train_kw
+    ),
 }
 
 # %%
@@ -614,8 +706,10 @@ for name, (a_s, a_t) in results.items():
     print(f"{name:<12} {a_s:>10.3f} {a_t:>10.3f}")
 print(f"oracle (logistic on the causal statistic): target {stat_acc['causal'][1]:.3f}")
 print(f"CauDiTS mask: causal pair M[1,0] = {mask[CAUSAL_EDGE]:.3f}, M[0,1] = "
-      f"{mask[REVERSE[CAUSAL_EDGE]]:.3f}; spurious pair M[3,2] = {mask[SPURIOUS_EDGE]:.3f}, "
-      f"M[2,3] = {mask[REVERSE[SPURIOUS_EDGE]]:.3f}; median entry {np.median(mask):.3f}")
+      f"{mask[REVERSE[CAUSAL_EDGE]]:.3f}; spurious pair M[3,2] = "
+      f"{mask[SPURIOUS_EDGE]:.3f}, "
+      f"M[2,3] = {mask[REVERSE[SPURIOUS_EDGE]]:.3f}; median entry "
+      f"{np.median(mask):.3f}")
 print(f"stability discrepancy D-hat: causal pair {D_hat[CAUSAL_EDGE]:.3f} / "
       f"{D_hat[REVERSE[CAUSAL_EDGE]]:.3f}, spurious pair {D_hat[SPURIOUS_EDGE]:.3f} / "
       f"{D_hat[REVERSE[SPURIOUS_EDGE]]:.3f}")
@@ -639,14 +733,18 @@ def draw_mask(ax, M, title):
     ax.set(xticks=range(V_VARS), yticks=range(V_VARS), title=title,
            xlabel="sender v", ylabel="receiver u")
     for (u, v), txt in [(CAUSAL_EDGE, "C"), (SPURIOUS_EDGE, "S")]:
-        ax.text(v, u, txt, ha="center", va="center", color="w", fontsize=9, weight="bold")
+        ax.text(
+            v, u, txt, ha="center", va="center", color="w", fontsize=9, weight="bold"
+        )
     return im
 
 
 def pca_of_rationales(net, x_s, x_t):
     """2-D PCA of r^c for source windows then target windows (one fit for both)."""
     with torch.no_grad():
-        r = torch.cat([net(torch.as_tensor(x_s))[0], net(torch.as_tensor(x_t))[0]]).numpy()
+        r = torch.cat(
+            [net(torch.as_tensor(x_s))[0], net(torch.as_tensor(x_t))[0]]
+        ).numpy()
     return pca2(r)
 
 
@@ -660,12 +758,21 @@ def draw_pca(ax, z, y_s, y_t, title):
 
 def draw_bars(ax, accs, title):
     names = list(accs)
-    ax.bar(range(len(names)), [accs[k] for k in names], color=[f"C{i}" for i in range(len(names))])
+    ax.bar(
+        range(len(names)),
+        [accs[k] for k in names],
+        color=[f"C{i}" for i in range(len(names))],
+    )
     ax.axhline(1 / N_CLASSES, color="k", ls=":", lw=1)
     ax.set(xticks=range(len(names)), ylim=(0, 1), title=title)
     many = len(names) > 4  # the widget's menu: slanted labels that do not overlap
-    ax.set_xticklabels(names, rotation=50 if many else 20, ha="right" if many else "center",
-                       rotation_mode="anchor", fontsize=7 if many else 8)
+    ax.set_xticklabels(
+        names,
+        rotation=50 if many else 20,
+        ha="right" if many else "center",
+        rotation_mode="anchor",
+        fontsize=7 if many else 8,
+    )
 
 
 fig, axes = plt.subplots(1, 5, figsize=(13.5, 2.9))
@@ -682,8 +789,13 @@ plt.show()
 
 fig, axes = plt.subplots(1, 3, figsize=(9.5, 2.9))
 for ax, name in zip(axes, nets):
-    draw_pca(ax, pca_of_rationales(nets[name], xs_test[:300], xt_test[:300]), ys_test[:300],
-             yt_test[:300], f"{name}: PCA of $r^c$")
+    draw_pca(
+        ax,
+        pca_of_rationales(nets[name], xs_test[:300], xt_test[:300]),
+        ys_test[:300],
+        yt_test[:300],
+        f"{name}: PCA of $r^c$",
+    )
 axes[0].set_xlabel("o source, x target; colour = class")
 plt.show()
 
@@ -742,12 +854,24 @@ ablations = {}
 if cfg.ablations:
     for name, key in [("no stability", "lam_stab"), ("no intervention", "lam_int"),
                       ("no prototype", "lam_p"), ("no domain loss", "lam_d")]:
-        nets[name] = train_model("caudits", xs, ys, xt, seed, weights={**weights, key: 0.0},
-                                 desc=name, **train_kw)
+        nets[name] = train_model(
+            "caudits",
+            xs,
+            ys,
+            xt,
+            seed,
+            weights={**weights, key: 0.0},
+            desc=name,
+            **train_kw,
+        )
         M_ab = nets[name].mask().detach().numpy()
-        ablations[name] = (accuracy(nets[name], xt_test, yt_test), float(M_ab[SPURIOUS_EDGE]))
+        ablations[name] = (
+            accuracy(nets[name], xt_test, yt_test),
+            float(M_ab[SPURIOUS_EDGE]),
+        )
     print(f"{'variant':<16} {'target acc':>10} {'M[3,2]':>7}")
-    print(f"{'all losses':<16} {results['CauDiTS'][1]:>10.3f} {mask[SPURIOUS_EDGE]:>7.3f}")
+    print(f"{'all losses':<16} {results['CauDiTS'][1]:>10.3f} "
+          f"{mask[SPURIOUS_EDGE]:>7.3f}")
     for name, (acc_t, m32) in ablations.items():
         print(f"{name:<16} {acc_t:>10.3f} {m32:>7.3f}")
 else:
@@ -779,22 +903,35 @@ if cfg.ablations:
                 "caudits", xs, ys, xt, seed, weights={**weights, "lam_stab": lam},
                 desc=f"lam_stab = {lam:g}", **train_kw)
         sweep[lam] = (accuracy(net, xt_test, yt_test), net.mask().detach().numpy())
-    print(f"{'lam_stab':>8} {'target acc':>10} {'M[1,0]':>7} {'M[0,1]':>7} {'M[3,2]':>7} "
+    print(f"{'lam_stab':>8} {'target acc':>10} {'M[1,0]':>7} {'M[0,1]':>7} "
+          f"{'M[3,2]':>7} "
           f"{'M[2,3]':>7}")
     for lam, (a, M) in sweep.items():
         print(f"{lam:>8g} {a:>10.3f} {M[1, 0]:>7.2f} {M[0, 1]:>7.2f} {M[3, 2]:>7.2f} "
               f"{M[2, 3]:>7.2f}")
     fig, axes = plt.subplots(1, 2, figsize=(9, 2.9))
     pos = np.arange(len(STAB_SWEEP))
-    axes[0].plot(pos, [sweep[lam][0] for lam in STAB_SWEEP], "o-", color="C2", label="CauDiTS")
+    axes[0].plot(
+        pos, [sweep[lam][0] for lam in STAB_SWEEP], "o-", color="C2", label="CauDiTS"
+    )
     for name, color in [("source-only", "C0"), ("DANN", "C1")]:  # the bars' colours
         axes[0].axhline(results[name][1], color=color, ls="--", lw=1, label=name)
     axes[0].set(ylim=(0, 1), ylabel="target accuracy", title="target accuracy")
     axes[0].legend(fontsize=8)
-    for (u, v), color, ls in [(CAUSAL_EDGE, "C2", "-"), (REVERSE[CAUSAL_EDGE], "C2", ":"),
-                              (SPURIOUS_EDGE, "C3", "-"), (REVERSE[SPURIOUS_EDGE], "C3", ":")]:
-        axes[1].plot(pos, [sweep[lam][1][u, v] for lam in STAB_SWEEP], "o", ls=ls,
-                     color=color, label=f"M[{u}←{v}]")
+    for (u, v), color, ls in [
+        (CAUSAL_EDGE, "C2", "-"),
+        (REVERSE[CAUSAL_EDGE], "C2", ":"),
+        (SPURIOUS_EDGE, "C3", "-"),
+        (REVERSE[SPURIOUS_EDGE], "C3", ":"),
+    ]:
+        axes[1].plot(
+            pos,
+            [sweep[lam][1][u, v] for lam in STAB_SWEEP],
+            "o",
+            ls=ls,
+            color=color,
+            label=f"M[{u}←{v}]",
+        )
     axes[1].set(ylim=(0, 1), ylabel="mask", title="mask on the two pairs")
     axes[1].legend(fontsize=8, ncol=2)
     for ax in axes:
@@ -804,11 +941,19 @@ if cfg.ablations:
     plt.show()
 else:
     print(f"tier {tier}: the sweep is skipped (it runs at the default and full tiers)")
-run.metric("stab_sweep", {f"{lam:g}": dict(target_acc=a, mask_spurious=float(M[SPURIOUS_EDGE]),
-                                           mask_spurious_reverse=float(M[REVERSE[SPURIOUS_EDGE]]),
-                                           mask_causal=float(M[CAUSAL_EDGE]),
-                                           mask_causal_reverse=float(M[REVERSE[CAUSAL_EDGE]]))
-                          for lam, (a, M) in sweep.items()})
+run.metric(
+    "stab_sweep",
+    {
+        f"{lam:g}": dict(
+            target_acc=a,
+            mask_spurious=float(M[SPURIOUS_EDGE]),
+            mask_spurious_reverse=float(M[REVERSE[SPURIOUS_EDGE]]),
+            mask_causal=float(M[CAUSAL_EDGE]),
+            mask_causal_reverse=float(M[REVERSE[CAUSAL_EDGE]]),
+        )
+        for lam, (a, M) in sweep.items()
+    },
+)
 
 # %% [markdown]
 # On seed 0 (the committed run, table above) the spurious edge's forward entry falls from 0.88 to
@@ -852,8 +997,10 @@ run.metric("stab_sweep", {f"{lam:g}": dict(target_acc=a, mask_spurious=float(M[S
 # %%
 acc = {k: v[1] for k, v in results.items()}
 selectivity = causal_pair - np.median(mask)
-run.claim("CauDiTS - source-only, target acc", acc["CauDiTS"] - acc["source-only"], ">=",
-          0.15, "causal rationales transfer where the source-only network's shortcut fails")
+run.claim("CauDiTS - source-only, target "
+          "acc", acc["CauDiTS"] - acc["source-only"], ">=",
+          0.15, "causal rationales transfer where the source-only network's shortcut "
+                "fails")
 run.claim("CauDiTS - DANN, target acc", acc["CauDiTS"] - acc["DANN"], ">=", 0.10,
           "marginal alignment is not enough under a label-dependent (spurious) shift")
 run.claim("CauDiTS target acc", acc["CauDiTS"], ">=", 0.70,
@@ -863,14 +1010,17 @@ run.claim("mask on the causal pair (max of 1←0, 0←1)", causal_pair, ">=", 0.
 run.claim("mask selectivity (causal - median)", selectivity, ">=", 0.5,
           "the mask singles the causal edge out instead of keeping everything")
 run.claim("mask on the spurious edge 3←2", mask[SPURIOUS_EDGE], "<", 0.5,
-          "the disentangler cuts the spurious edge's forward entry (not its reverse 2←3)")
+          "the disentangler cuts the spurious edge's forward entry (not its reverse "
+          "2←3)")
 run.claim("CauDiTS source acc", results["CauDiTS"][0], ">=", 0.95,
           "the disentangler costs no source accuracy")
 run.claim("generator: causal statistic transfers", stat_acc["causal"][1], ">=", 0.95,
           "the causal relationship means the same in both domains")
-run.claim("generator: spurious statistic in source", stat_acc["spurious"][0], ">=", 0.95,
+run.claim("generator: spurious statistic in "
+          "source", stat_acc["spurious"][0], ">=", 0.95,
           "the spurious relationship is a perfect shortcut in the source")
-run.claim("generator: spurious statistic transfers", stat_acc["spurious"][1], "<=", 0.40,
+run.claim("generator: spurious statistic "
+          "transfers", stat_acc["spurious"][1], "<=", 0.40,
           "the spurious relationship fails in the target")
 run.metric("target_acc", acc)
 run.metric("source_acc", {k: v[0] for k, v in results.items()})
@@ -921,13 +1071,21 @@ def update(strength, mode, factor, model):
     w_xs, w_ys = simulate(cfg.widget_n, "source", data_rng, **kw)
     w_xt, w_yt = simulate(cfg.widget_n, "target", data_rng, **kw)
     sa = statistic_accuracies(w_xs, w_ys, w_xt, w_yt)
-    fig, axes = plt.subplots(2, 3, figsize=(10, 6.2), layout="none")  # no layout engine: faster
-    for ax, (x, y, dom) in zip(axes[0, :2], [(w_xs, w_ys, "source"), (w_xt, w_yt, "target")]):
+    # no layout engine: faster
+    fig, axes = plt.subplots(2, 3, figsize=(10, 6.2), layout="none")
+    for ax, (x, y, dom) in zip(
+        axes[0, :2], [(w_xs, w_ys, "source"), (w_xt, w_yt, "target")]
+    ):
         c, s = edge_statistics(x)
         for k in range(N_CLASSES):
             ax.scatter(c[y == k], s[y == k], s=4, alpha=0.5, color=f"C{k}")
-        ax.set(xlim=(-1, 1), ylim=(-1.05, 1.05), title=f"{dom}: edge statistics",
-               xlabel="causal", ylabel="spurious")
+        ax.set(
+            xlim=(-1, 1),
+            ylim=(-1.05, 1.05),
+            title=f"{dom}: edge statistics",
+            xlabel="causal",
+            ylabel="spurious",
+        )
     draw_bars(axes[0, 2], {f"{k}": v[1] for k, v in sa.items()},
               "logistic on statistics: target acc")
     draw_mask(axes[1, 0], views[model][0], f"{model}: mask M")
@@ -943,7 +1101,8 @@ def update(strength, mode, factor, model):
 controls = dict(
     strength=W.FloatSlider(value=spurious_strength, min=0.0, max=3.0, step=0.1,
                            description="spurious s"),
-    mode=W.Dropdown(options=list(SHIFT_MODES), value=shift_mode, description="target shift"),
+    mode=W.Dropdown(options=list(SHIFT_MODES), value=shift_mode, description="target "
+                                                                             "shift"),
     factor=W.FloatSlider(value=shift_factor, min=0.0, max=1.0, step=0.05,
                          description="factor α"),
     model=W.Dropdown(options=model_names, value="CauDiTS", description="network"),

@@ -89,16 +89,36 @@ import numpy as np
 import matplotlib.pyplot as plt
 import icmlbook
 
-run = icmlbook.start("16_marl_influence", tier=tier, seed=seed, torch=False,
-                     params=dict(mix=mix, threshold=threshold, critic_decay=critic_decay))
+run = icmlbook.start(
+    "16_marl_influence",
+    tier=tier,
+    seed=seed,
+    torch=False,
+    params=dict(mix=mix, threshold=threshold, critic_decay=critic_decay),
+)
 icmlbook.use_style()
 cfg = run.pick(
-    smoke=dict(T=4000, checks=(1000, 2000, 4000), lrs=(0.036, 0.009), widget_T=1000,
-               widget_T_max=2000),
-    default=dict(T=60000, checks=(10000, 30000, 60000), lrs=(0.036, 0.018, 0.009, 0.0045),
-                 widget_T=10000, widget_T_max=20000),
-    full=dict(T=300000, checks=(30000, 100000, 300000),
-              lrs=(0.036, 0.018, 0.009, 0.0045, 0.00225), widget_T=20000, widget_T_max=60000),
+    smoke=dict(
+        T=4000,
+        checks=(1000, 2000, 4000),
+        lrs=(0.036, 0.009),
+        widget_T=1000,
+        widget_T_max=2000,
+    ),
+    default=dict(
+        T=60000,
+        checks=(10000, 30000, 60000),
+        lrs=(0.036, 0.018, 0.009, 0.0045),
+        widget_T=10000,
+        widget_T_max=20000,
+    ),
+    full=dict(
+        T=300000,
+        checks=(30000, 100000, 300000),
+        lrs=(0.036, 0.018, 0.009, 0.0045, 0.00225),
+        widget_T=20000,
+        widget_T_max=60000,
+    ),
 )
 N_AGENTS = 4  # agents, each with N_ACTIONS = 2 actions
 N_STATES = 4  # states of the MDP
@@ -106,8 +126,10 @@ N_ACTIONS = 2  # actions per agent (binary)
 OWN = (0.5, 0.0, 0.3, 0.5)  # weight of each agent's own action in its own reward
 STATE_BONUS = 2.0  # reward of the state-reward agent in state 0
 EPS_MIX = 1e-3  # uniform mixing added to every transition row: keeps the chain ergodic
-TIM_STEP = (0.471, 0.726)  # beta_t = 0.471 / t**0.726: the authors' TIM schedule (their runner.py)
-SIM_STEP = (0.740, 0.539)  # beta'_t = 0.740 / t**0.539: their SIM schedule, global step t
+# beta_t = 0.471 / t**0.726: the authors' TIM schedule (their runner.py)
+TIM_STEP = (0.471, 0.726)
+# beta'_t = 0.740 / t**0.539: their SIM schedule, global step t
+SIM_STEP = (0.740, 0.539)
 AUTHORS_LR = 0.036  # the authors' constant SARSA step for Q^ and J^
 GAIN_DECAY = 0.7  # our decaying gain step alpha^J_t = t**-0.7
 LAGS = (0, 1, 2)  # lags k of the correlation baseline
@@ -170,7 +192,8 @@ def joint_actions(n_agents, n_actions=2):
 
 
 def deviation_table(n_agents, n_actions=2):
-    """dev[a, j, b] = index of the joint action a with agent j's action replaced by b."""
+    """dev[a, j, b] = index of the joint action a with agent j's action replaced by b.
+    """
     acts = joint_actions(n_agents, n_actions)
     place = n_actions ** np.arange(n_agents - 1, -1, -1)  # digit weights of the index
     dev = np.empty((len(acts), n_agents, n_actions), dtype=int)
@@ -201,7 +224,8 @@ def deviation_table(n_agents, n_actions=2):
 # %%
 def make_env(reward_edges=((0, 1),), driver=1, mix=0.8, coupling=1.0, own=OWN,
              state_agents=(2,), n_states=N_STATES, eps=EPS_MIX):
-    """Transitions P[s, a, s'] and rewards R[i, s, a] of the influence MDP (binary actions)."""
+    """Transitions P[s, a, s'] and rewards R[i, s, a] of the influence MDP (binary
+    actions)."""
     n = len(own)
     acts = joint_actions(n, 2)
     R = np.zeros((n, n_states, len(acts)))
@@ -239,7 +263,8 @@ def true_influence_graph(reward_edges=((0, 1),), driver=1, own=OWN, state_agents
 
 
 def product_policy(p_one, n_states, n_agents):
-    """pi[s, a] of independent agents, agent i plays action 1 with probability p_one[i]."""
+    """pi[s, a] of independent agents, agent i plays action 1 with probability p_one[i].
+    """
     acts = joint_actions(n_agents, 2)
     p = np.broadcast_to(np.asarray(p_one, dtype=float), (n_agents,))
     return np.tile(np.prod(np.where(acts == 1, p, 1 - p), axis=1), (n_states, 1))
@@ -264,7 +289,8 @@ def state_action_chain(P, pi):
 
 
 def stationary(P_pi):
-    """Eq. 5: the left eigenvector of P_pi for eigenvalue 1, normalised to a distribution."""
+    """Eq. 5: the left eigenvector of P_pi for eigenvalue 1, normalised to a
+    distribution."""
     w, v = np.linalg.eig(P_pi.T)
     d = np.real(v[:, np.argmin(np.abs(w - 1))])
     return d / d.sum()
@@ -321,14 +347,16 @@ pi = product_policy(0.5, N_STATES, N_AGENTS)
 tim_exact, sim_exact, Q_exact, d_exact = exact_impacts(P, pi, R, DEV)
 D_true = true_influence_graph(driver=1 if mix > 0 else None)  # mix = 0: no state driver
 
-# Eqs. 5-6 against their definitions: stationarity, and Eq. 6 against the direct sum of Eq. 2
+# Eqs. 5-6 against their definitions: stationarity, and Eq. 6 against the direct sum of
+# Eq. 2
 P_pi = state_action_chain(P, pi)
 r_flat = R.reshape(N_AGENTS, -1).T
 stat_err = np.abs(d_exact.ravel() @ P_pi - d_exact.ravel()).max()
 q_err = np.abs(differential_q(P_pi, d_exact.ravel(), r_flat)
                - brute_force_q(P_pi, d_exact.ravel(), r_flat)).max()
 true_zero = float(np.abs(tim_exact[~D_true]).max()) if (~D_true).any() else 0.0
-print(f"stationarity |d P - d| = {stat_err:.1e};  |Eq. 6 - brute-force Eq. 2| = {q_err:.1e}")
+print(f"stationarity |d P - d| = {stat_err:.1e};  |Eq. 6 - brute-force Eq. 2| = "
+      f"{q_err:.1e}")
 print(f"true zeros of TIM (D = 0): max |TIM| = {true_zero:.1e}")
 print("exact TIM [j -> i] (rows act, columns receive):")
 print(np.array2string(tim_exact, precision=3, suppress_small=True))
@@ -396,12 +424,23 @@ def step_size(t, schedule):
     return min(1.0, beta0 * t**-kappa)
 
 
-def estimate_impacts(states, actions, R, dev, critics=(("decaying", 0.8),), tim_step=TIM_STEP,
-                     sim_step=SIM_STEP, snapshots=(), progress=None):
+def estimate_impacts(
+    states,
+    actions,
+    R,
+    dev,
+    critics=(("decaying", 0.8),),
+    tim_step=TIM_STEP,
+    sim_step=SIM_STEP,
+    snapshots=(),
+    progress=None,
+):
     """Eqs. 7-8 along one trajectory, for several critics side by side.
 
-    A critic is (kind, p): ("decaying", nu): alpha = n(s,a)**-nu, alpha_J = t**-GAIN_DECAY;
-    ("constant", lr): alpha = alpha_J = lr; ("myopic", nu), the ablation: Q^(s, a) tracks the
+    A critic is (kind, p): ("decaying", nu): alpha = n(s,a)**-nu, alpha_J =
+    t**-GAIN_DECAY;
+    ("constant", lr): alpha = alpha_J = lr; ("myopic", nu), the ablation: Q^(s, a)
+    tracks the
     immediate reward with step n(s,a)**-nu, no gain, no future. Returns, per critic,
     (TIM^[j, i], SIM^[s, j, i], {t: (TIM^, SIM^)} at the snapshot steps)."""
     n, S, J = R.shape
@@ -411,9 +450,12 @@ def estimate_impacts(states, actions, R, dev, critics=(("decaying", 0.8),), tim_
     nu = np.where(kind == "constant", 0.0, p)  # exponents of the decaying steps
     decays = (kind != "constant").astype(float)
     gain_decays = (kind == "decaying").astype(float)
-    future = (kind != "myopic").astype(float)  # the ablation drops the gain and the bootstrap
-    rewards = np.tile(R[:, states[:-1], actions[:-1]].T, len(critics))  # r_{i,t+1}: row t
-    Q, gain = np.ones((S, J, len(kind))), np.zeros(len(kind))  # start at 1, like the authors'
+    # the ablation drops the gain and the bootstrap
+    future = (kind != "myopic").astype(float)
+    # r_{i,t+1}: row t
+    rewards = np.tile(R[:, states[:-1], actions[:-1]].T, len(critics))
+    # start at 1, like the authors'
+    Q, gain = np.ones((S, J, len(kind))), np.zeros(len(kind))
     visits = np.zeros((S, J))
     tim, sim = np.full((n, len(kind)), 1.0 / n), np.full((S, n, len(kind)), 1.0 / n)
     keep, snaps = set(snapshots), {}
@@ -433,10 +475,16 @@ def estimate_impacts(states, actions, R, dev, critics=(("decaying", 0.8),), tim_
             snaps[t + 1] = (tim.copy(), sim.copy())
 
     def cut(M, c):  # critic c's columns
-        return M[..., c * n:(c + 1) * n]
+        return M[..., c * n : (c + 1) * n]
 
-    return [(cut(tim, c), cut(sim, c), {t: (cut(m, c), cut(x, c)) for t, (m, x) in snaps.items()})
-            for c in range(len(critics))]
+    return [
+        (
+            cut(tim, c),
+            cut(sim, c),
+            {t: (cut(m, c), cut(x, c)) for t, (m, x) in snaps.items()},
+        )
+        for c in range(len(critics))
+    ]
 
 
 def relative_error(estimate, exact):
@@ -501,7 +549,8 @@ def lagged_correlation(states, actions, rewards, acts, lags=LAGS, by_state=False
 
 
 def population_corr(P_pi, d, r, acts, lag):
-    """Eq. 9's |corr(a_{j,t}, r_{i,t+lag})| in the stationary chain itself (no sampling)."""
+    """Eq. 9's |corr(a_{j,t}, r_{i,t+lag})| in the stationary chain itself (no
+    sampling)."""
     a = np.tile(acts, (len(d) // len(acts), 1)).astype(float)  # a_j of every (s, a)
     ahead = np.linalg.matrix_power(P_pi, lag) @ r  # E[r_{t+lag} | (s_t, a_t)]
     cov = (d[:, None] * (a - d @ a)).T @ (ahead - d @ r)
@@ -547,12 +596,16 @@ critics = [("decaying", critic_decay), ("myopic", critic_decay)]
 critics += [("constant", lr) for lr in cfg.lrs]
 (tim_hat, sim_hat, snaps), (_, _, snaps_myopic), *const_runs = estimate_impacts(
     states, actions, R, DEV, critics=critics, snapshots=grid,
-    progress=lambda it: icmlbook.progress(it, desc=f"{len(critics)} critics side by side"))
+    progress=lambda it: icmlbook.progress(it, desc=f"{len(critics)} critics side by "
+                                                   f"side"))
 snaps_lr = {lr: sn for lr, (_, _, sn) in zip(cfg.lrs, const_runs)}
 t_early, t_late = cfg.checks[0], cfg.checks[-1]
 err_tim = {t: relative_error(snaps[t][0], tim_exact) for t in grid}
 err_sim = {t: relative_error(snaps[t][1], sim_exact) for t in grid}
-err_lr = {lr: {t: relative_error(s[t][0], tim_exact) for t in grid} for lr, s in snaps_lr.items()}
+err_lr = {
+    lr: {t: relative_error(s[t][0], tim_exact) for t in grid}
+    for lr, s in snaps_lr.items()
+}
 err_lr_sim = {lr: relative_error(s[t_late][1], sim_exact) for lr, s in snaps_lr.items()}
 tim_late, tim_myopic = snaps[t_late][0], snaps_myopic[t_late][0]
 graph_late = recovered_graph(tim_late, threshold)
@@ -572,8 +625,15 @@ def heat(ax, M, title, vmax=None, exact=None):
     im = ax.imshow(M, cmap="Blues", vmin=0, vmax=vmax)
     for (j, i), v in np.ndenumerate(M):
         label = f"{v:.2f}" if exact is None else f"{v:.2f}\n({exact[j, i]:.2f})"
-        ax.text(i, j, label, ha="center", va="center", fontsize=7 if exact is None else 6,
-                color="white" if v > 0.6 * vmax else "black")
+        ax.text(
+            i,
+            j,
+            label,
+            ha="center",
+            va="center",
+            fontsize=7 if exact is None else 6,
+            color="white" if v > 0.6 * vmax else "black",
+        )
     n = len(M)
     ax.set(title=title, xticks=range(n), yticks=range(n), xlabel="receiver i",
            ylabel="actor j")
@@ -589,8 +649,11 @@ heat(axes[2], tim_myopic, "myopic ablation (estimated)", vmax=scale)
 im = heat(axes[3], corr, f"lagged |corr|, {corr_name}", vmax=1.0)
 for ax in axes:
     for j, i in [(0, 1), (1, 2)]:  # the hidden edges
-        ax.add_patch(plt.Rectangle((i - 0.5, j - 0.5), 1, 1, fill=False, ec="black", lw=2))
-fig.colorbar(im, ax=axes, shrink=0.8, label="entry (value units; |corr| in the last panel)")
+        ax.add_patch(
+            plt.Rectangle((i - 0.5, j - 0.5), 1, 1, fill=False, ec="black", lw=2)
+        )
+fig.colorbar(im, ax=axes, shrink=0.8, label="entry (value units; |corr| in the last "
+                                            "panel)")
 plt.show()
 
 # %% [markdown]
@@ -604,14 +667,16 @@ plt.show()
 edges = [(0, 0), (0, 1), (1, 1), (1, 2), (2, 2), (3, 3), (2, 1), (3, 0)]
 print(f"{'edge':>6} {'true':>5} {'exact':>7} {'TIM^':>7} {'myopic^':>8} {'|corr|':>7}")
 for j, i in edges:
-    print(f"{j:>2} -> {i} {str(D_true[j, i]):>5} {tim_exact[j, i]:>7.3f} {tim_late[j, i]:>7.3f}"
+    print(f"{j:>2} -> {i} {str(D_true[j, i]):>5} {tim_exact[j, i]:>7.3f} "
+          f"{tim_late[j, i]:>7.3f}"
           f" {tim_myopic[j, i]:>8.3f} {corr[j, i]:>7.3f}")
 print(f"graph of TIM^ at t = {t_late}, threshold {threshold}: "
       f"{int((graph_late != D_true).sum())} wrong entries of {D_true.size}")
 sep_tim, sep_myopic = separation(tim_late, D_true), separation(tim_myopic, D_true)
 sep_corr = separation(corr, D_true)
 print(f"separation (Eq. 10): TIM^ {sep_tim:.3f}, myopic ablation {sep_myopic:.3f}, "
-      + ", ".join(f"correlation {k} {separation(v, D_true):.3f}" for k, v in corr_variants.items()))
+      + ", ".join(f"correlation {k} "
+                  f"{separation(v, D_true):.3f}" for k, v in corr_variants.items()))
 print(f"lagged |corr| on 1 -> 2: plain {corr_variants['plain'][1, 2]:.3f}, "
       f"within each state {corr_variants['within each state'][1, 2]:.3f}")
 
@@ -630,11 +695,23 @@ ax.semilogx(grid, [err_tim[t] for t in grid], "o-", ms=3, color=COLORS["decaying
             label="TIM, decaying critic steps")
 ax.semilogx(grid, [err_sim[t] for t in grid], "s--", ms=3, color=COLORS["decaying"],
             label="SIM, decaying critic steps")
-ax.semilogx(grid, [err_lr[AUTHORS_LR][t] for t in grid], "^-", ms=3, color=COLORS["authors"],
-            label=f"TIM, authors' constant step {AUTHORS_LR}")
+ax.semilogx(
+    grid,
+    [err_lr[AUTHORS_LR][t] for t in grid],
+    "^-",
+    ms=3,
+    color=COLORS["authors"],
+    label=f"TIM, authors' constant step {AUTHORS_LR}",
+)
 if best_lr != AUTHORS_LR:
-    ax.semilogx(grid, [err_lr[best_lr][t] for t in grid], "v-", ms=3, color=COLORS["tuned"],
-                label=f"TIM, constant step {best_lr} (best at t = {t_late})")
+    ax.semilogx(
+        grid,
+        [err_lr[best_lr][t] for t in grid],
+        "v-",
+        ms=3,
+        color=COLORS["tuned"],
+        label=f"TIM, constant step {best_lr} (best at t = {t_late})",
+    )
 ax.set(xlabel="steps t", ylabel="max relative error", title="error of the estimates",
        ylim=(0, 0.5))
 ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.22), ncol=2, fontsize=7)
@@ -645,16 +722,28 @@ states_x = np.arange(N_STATES)
 for (j, i), mark in zip([(0, 1), (1, 2), (2, 2)], "os^"):
     ax.plot(states_x, sim_exact[:, j, i], mark + "-", color="black", ms=5, mfc="none",
             label=f"{j}→{i} exact")
-    ax.plot(states_x, snaps[t_late][1][:, j, i], mark + "--", color=COLORS["decaying"], ms=3,
-            label=f"{j}→{i} estimate")
+    ax.plot(
+        states_x,
+        snaps[t_late][1][:, j, i],
+        mark + "--",
+        color=COLORS["decaying"],
+        ms=3,
+        label=f"{j}→{i} estimate",
+    )
 ax.set(xlabel="state s", ylabel="SIM(s) (value units)", xticks=states_x,
        title=f"SIM per state (estimate at t = {t_late})",
        ylim=(-0.05, 1.15 * max(sim_exact.max(), snaps[t_late][1].max())))
 ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.22), ncol=3, fontsize=7)
 plt.show()
-print(f"{'t':>7} {'decaying':>9} " + " ".join(f"{'const ' + str(lr):>13}" for lr in cfg.lrs))
+print(
+    f"{'t':>7} {'decaying':>9} "
+    + " ".join(f"{'const ' + str(lr):>13}" for lr in cfg.lrs)
+)
 for t in cfg.checks:
-    print(f"{t:>7} {err_tim[t]:>9.3f} " + " ".join(f"{err_lr[lr][t]:>13.3f}" for lr in cfg.lrs))
+    print(
+        f"{t:>7} {err_tim[t]:>9.3f} "
+        + " ".join(f"{err_lr[lr][t]:>13.3f}" for lr in cfg.lrs)
+    )
 print(f"SIM error at t = {t_late}: decaying {err_sim[t_late]:.3f}, "
       f"authors' constant step {err_lr_sim[AUTHORS_LR]:.3f}")
 
@@ -686,44 +775,63 @@ print(f"best constant step at t = {t_late}, in hindsight: {best_lr}, "
 # checkpoint, $t$ = `t_late`.
 
 # %% tags=["thresholds"]
-C_SEP_VS_MYOPIC = 0.12  # sep(TIM^) - sep(myopic^), Eq. 10: 0.235-0.266 on seeds 0-9, 0.239-0.276 on 10-19; half the worst
-C_SEP_VS_CORR = 0.12  # sep(TIM^) - sep(best lagged corr): 0.241-0.273 on seeds 0-9, 0.243-0.284 on 10-19; half the worst
-C_TIM_ERR = 0.075  # TIM^ error at t_late: 0.041-0.049 on seeds 0-9, 0.037-0.048 on 10-19; authors' step 0.10-0.12
-C_SIM_ERR = 0.065  # SIM^ error at t_late: 0.035-0.046 on seeds 0-9, 0.025-0.040 on 10-19; authors' step 0.08-0.10
-C_EXACT = 1e-8  # |d P - d| and |Eq. 6 - brute-force Eq. 2|: rounding and truncation only
+# sep(TIM^) - sep(myopic^), Eq. 10: 0.235-0.266 on seeds 0-9, 0.239-0.276 on 10-19; half
+# the worst
+C_SEP_VS_MYOPIC = 0.12
+# sep(TIM^) - sep(best lagged corr): 0.241-0.273 on seeds 0-9, 0.243-0.284 on 10-19;
+# half the worst
+C_SEP_VS_CORR = 0.12
+# TIM^ error at t_late: 0.041-0.049 on seeds 0-9, 0.037-0.048 on 10-19; authors' step
+# 0.10-0.12
+C_TIM_ERR = 0.075
+# SIM^ error at t_late: 0.035-0.046 on seeds 0-9, 0.025-0.040 on 10-19; authors' step
+# 0.08-0.10
+C_SIM_ERR = 0.065
+# |d P - d| and |Eq. 6 - brute-force Eq. 2|: rounding and truncation only
+C_EXACT = 1e-8
 C_ZERO = 1e-12  # quantities zero by construction: rounding only
 
 # %%
 run.claim("separation: TIM^ minus its myopic ablation", sep_tim - sep_myopic, ">=",
-          C_SEP_VS_MYOPIC, "Measured on the long-run value, the estimate separates every true "
+          C_SEP_VS_MYOPIC, "Measured on the long-run value, the estimate separates "
+                           "every true "
           "edge from every false one; measured on immediate rewards it cannot",
-          versus="ablation", against="the same estimator, critic tracking the immediate reward "
+          versus="ablation", against="the same estimator, critic tracking the "
+                                     "immediate reward "
           "(no gain, no bootstrap term), same trajectory")
-run.claim("separation: TIM^ minus lagged correlation", sep_tim - sep_corr, ">=", C_SEP_VS_CORR,
-          "TIM^ separates the true graph by a wide margin where the best lagged correlation "
+run.claim("separation: TIM^ minus lagged "
+          "correlation", sep_tim - sep_corr, ">=", C_SEP_VS_CORR,
+          "TIM^ separates the true graph by a wide margin where the best lagged "
+          "correlation "
           "cannot separate it at all", versus="baseline",
-          against="|corr(a_j,t, r_i,t+k)|, plain or within each state, best lag k <= 2 and "
+          against="|corr(a_j,t, r_i,t+k)|, plain or within each state, best lag k <= 2 "
+                  "and "
           "best threshold in hindsight, same rollout")
 run.claim("TIM^ max relative error", err_tim[t_late], "<=", C_TIM_ERR,
-          "With decaying critic steps the decentralised TIM estimate gets close to the exact TIM",
+          "With decaying critic steps the decentralised TIM estimate gets close to the "
+          "exact TIM",
           versus="ablation", against=f"the critic's step held constant at the authors' "
           f"{AUTHORS_LR}, same averaging schedules")
 run.claim("SIM^ max relative error", err_sim[t_late], "<=", C_SIM_ERR,
-          "With decaying critic steps the SIM estimate gets close to the exact SIM in every state",
+          "With decaying critic steps the SIM estimate gets close to the exact SIM in "
+          "every state",
           versus="ablation", against=f"the critic's step held constant at the authors' "
           f"{AUTHORS_LR}, same averaging schedules")
 
 xor_corr = max(population_corr(P_pi, d_exact.ravel(), r_flat, ACTS, k)[j, 1]
                for k in LAGS for j in (0, 1))
 run.check("exact TIM: Eq. 6 = brute-force Eq. 2", max(stat_err, q_err), "<=", C_EXACT,
-          "the exact differential Q (fundamental matrix) matches the direct sum of Eq. 2",
+          "the exact differential Q (fundamental matrix) matches the direct sum of Eq. "
+          "2",
           digits=2)
 run.check("exact TIM on edges the construction rules out", true_zero, "<=", C_ZERO,
           "entries with D = 0 are zero", digits=2)
 run.check("myopic range on 1->2", myopic[1, 2], "<=", C_ZERO,
-          "r_2 has no a_1 term, so immediate rewards cannot see the transition edge", digits=2)
+          "r_2 has no a_1 term, so immediate rewards cannot see the transition "
+          "edge", digits=2)
 run.check("population |corr| on the XOR edges", xor_corr, "<=", C_ZERO,
-          "under the uniform policy r_1 = 1[a_0 = a_1] is independent of a_0 alone and of "
+          "under the uniform policy r_1 = 1[a_0 = a_1] is independent of a_0 alone and "
+          "of "
           "a_1 alone, at every lag", digits=2)
 run.metric("tim_error", {str(t): err_tim[t] for t in cfg.checks})
 run.metric("sim_error", {str(t): err_sim[t] for t in cfg.checks})
@@ -766,17 +874,27 @@ across = icmlbook.across_seeds(run)
 
 # %%
 broken = {
-    "[j, i] transposed": dict(sep=separation(tim_late.T, D_true),
-                              tim=relative_error(tim_late.T, tim_exact), sim=np.nan),
-    "critic without the future": dict(sep=sep_myopic, tim=relative_error(tim_myopic, tim_exact),
-                                      sim=relative_error(snaps_myopic[t_late][1], sim_exact)),
+    "[j, i] transposed": dict(
+        sep=separation(tim_late.T, D_true),
+        tim=relative_error(tim_late.T, tim_exact),
+        sim=np.nan,
+    ),
+    "critic without the future": dict(
+        sep=sep_myopic,
+        tim=relative_error(tim_myopic, tim_exact),
+        sim=relative_error(snaps_myopic[t_late][1], sim_exact),
+    ),
     f"constant critic step {AUTHORS_LR}": dict(
         sep=separation(snaps_lr[AUTHORS_LR][t_late][0], D_true),
-        tim=err_lr[AUTHORS_LR][t_late], sim=err_lr_sim[AUTHORS_LR]),
+        tim=err_lr[AUTHORS_LR][t_late],
+        sim=err_lr_sim[AUTHORS_LR],
+    ),
 }
-print(f"{'variant':<28} {'sep - sep(myopic)':>17} {'sep - sep(corr)':>15} {'TIM error':>10} "
+print(f"{'variant':<28} {'sep - sep(myopic)':>17} {'sep - sep(corr)':>15} "
+      f"{'TIM error':>10} "
       f"{'SIM error':>10}")
-print(f"{'needs':<28} {'>= ' + str(C_SEP_VS_MYOPIC):>17} {'>= ' + str(C_SEP_VS_CORR):>15} "
+print(f"{'needs':<28} {'>= ' + str(C_SEP_VS_MYOPIC):>17} "
+      f"{'>= ' + str(C_SEP_VS_CORR):>15} "
       f"{'<= ' + str(C_TIM_ERR):>10} {'<= ' + str(C_SIM_ERR):>10}")
 for name, b in broken.items():
     print(f"{name:<28} {b['sep'] - sep_myopic:>17.3f} {b['sep'] - sep_corr:>15.3f} "
@@ -820,8 +938,16 @@ def draw_graph(ax, est, true):
         color, ls = ("tab:green", "-") if est[j, i] and true[j, i] else \
             (("tab:red", "-") if est[j, i] else ("0.6", "--"))
         if i == j:
-            ax.add_patch(plt.Circle(xy[i] + 0.12 * (xy[i] - 0.5) / 0.5, 0.08, fill=False,
-                                    ec=color, ls=ls, lw=1.5))
+            ax.add_patch(
+                plt.Circle(
+                    xy[i] + 0.12 * (xy[i] - 0.5) / 0.5,
+                    0.08,
+                    fill=False,
+                    ec=color,
+                    ls=ls,
+                    lw=1.5,
+                )
+            )
         else:
             ax.annotate("", xy=xy[i], xytext=xy[j], arrowprops=dict(
                 arrowstyle="-|>", color=color, ls=ls, lw=1.5, shrinkA=11, shrinkB=11,
@@ -829,7 +955,8 @@ def draw_graph(ax, est, true):
     for k, (x, y) in enumerate(xy):
         ax.add_patch(plt.Circle((x, y), 0.11, color="C0", zorder=3))
         ax.text(x, y, str(k), color="white", ha="center", va="center", zorder=4)
-    ax.set(xlim=(-0.35, 1.35), ylim=(-0.35, 1.35), aspect="equal", title="recovered graph")
+    ax.set(xlim=(-0.35, 1.35), ylim=(-0.35, 1.35), aspect="equal", title="recovered "
+                                                                         "graph")
     ax.set_axis_off()
 
 
@@ -842,7 +969,9 @@ def update(couplings, driver, coupling, mix_w, p_one, steps, critic, state, thr)
     st_w, ac_w = sample_trajectory(Pw, piw, steps, np.random.default_rng(seed + 1))
     g = np.unique(np.geomspace(100, steps, 10).astype(int))
     param = AUTHORS_LR if critic == "constant" else critic_decay
-    th, sh, sn = estimate_impacts(st_w, ac_w, Rw, DEV, critics=[(critic, param)], snapshots=g)[0]
+    th, sh, sn = estimate_impacts(
+        st_w, ac_w, Rw, DEV, critics=[(critic, param)], snapshots=g
+    )[0]
     truth = tim_w > 1e-9 * max(tim_w.max(), 1e-12)
     fig, axes = plt.subplots(1, 5, figsize=(12, 2.8), layout="none")  # fast to redraw
     fig.subplots_adjust(left=0.04, right=0.99, bottom=0.18, top=0.88, wspace=0.5)
@@ -860,24 +989,41 @@ def update(couplings, driver, coupling, mix_w, p_one, steps, critic, state, thr)
         axes[4].set(xlabel="steps", ylabel="max relative error", title="TIM error",
                     ylim=(0, None))
     else:
-        axes[4].text(0.5, 0.5, "no influence at all:\nTIM = 0", ha="center", va="center")
+        axes[4].text(0.5, 0.5, "no influence at all:\nTIM = "
+                               "0", ha="center", va="center")
         axes[4].set_axis_off()
     plt.show()
 
 
 CRITIC_COLOR = dict(decaying="decaying", constant="authors", myopic="myopic")
 controls = dict(
-    couplings=W.SelectMultiple(options=PAIRS, value=("0→1",), rows=4, description="couplings"),
-    driver=W.Dropdown(options=["none", "0", "1", "2", "3"], value="1", description="driver"),
-    coupling=W.FloatSlider(value=1.0, min=0.0, max=2.0, step=0.1, description="strength"),
+    couplings=W.SelectMultiple(
+        options=PAIRS, value=("0→1",), rows=4, description="couplings"
+    ),
+    driver=W.Dropdown(
+        options=["none", "0", "1", "2", "3"], value="1", description="driver"
+    ),
+    coupling=W.FloatSlider(
+        value=1.0, min=0.0, max=2.0, step=0.1, description="strength"
+    ),
     mix_w=W.FloatSlider(value=mix, min=0.0, max=0.95, step=0.05, description="mix"),
     p_one=W.FloatSlider(value=0.5, min=0.1, max=0.9, step=0.05, description="π(a=1)"),
-    steps=W.IntSlider(value=cfg.widget_T, min=1000, max=cfg.widget_T_max, step=1000,
-                      description="steps"),
-    critic=W.ToggleButtons(options=["decaying", "constant", "myopic"], value="decaying",
-                           description="critic"),
+    steps=W.IntSlider(
+        value=cfg.widget_T,
+        min=1000,
+        max=cfg.widget_T_max,
+        step=1000,
+        description="steps",
+    ),
+    critic=W.ToggleButtons(
+        options=["decaying", "constant", "myopic"],
+        value="decaying",
+        description="critic",
+    ),
     state=W.IntSlider(value=1, min=0, max=N_STATES - 1, description="SIM state"),
-    thr=W.FloatSlider(value=threshold, min=0.05, max=0.5, step=0.05, description="threshold"),
+    thr=W.FloatSlider(
+        value=threshold, min=0.05, max=0.5, step=0.05, description="threshold"
+    ),
 )
 icmlbook.explore(update, controls, run=run)
 

@@ -46,8 +46,10 @@
 # %% tags=["parameters"]
 tier = "default"  # smoke | default | full: size of the experiment
 seed = 0  # drives every random number in the chapter
-d_max = 50  # clamp of the spike distance, in ms (the paper uses 200 ms with a longer window)
-confidence_low = 0.3  # inference weight of the last predicted bin (the first has weight 1)
+# clamp of the spike distance, in ms (the paper uses 200 ms with a longer window)
+d_max = 50
+# inference weight of the last predicted bin (the first has weight 1)
+confidence_low = 0.3
 
 # %% tags=["validate"]
 from icmlbook import check_int, check_range, check_seed, check_tier
@@ -77,15 +79,32 @@ run = icmlbook.start("19_spike_distance", tier=tier, seed=seed,
                      params=dict(d_max=d_max, confidence_low=confidence_low))
 icmlbook.use_style()
 cfg = run.pick(
-    smoke=dict(train_s=10, steps=20, batch=64, n_seg=2, seg_ms=240, n_roundtrip=10,
-               n_noisy=1),
-    default=dict(train_s=150, steps=1500, batch=128, n_seg=32, seg_ms=1920, n_roundtrip=200,
-                 n_noisy=12),
-    full=dict(train_s=400, steps=6000, batch=256, n_seg=64, seg_ms=1920, n_roundtrip=500,
-              n_noisy=30),
+    smoke=dict(
+        train_s=10, steps=20, batch=64, n_seg=2, seg_ms=240, n_roundtrip=10, n_noisy=1
+    ),
+    default=dict(
+        train_s=150,
+        steps=1500,
+        batch=128,
+        n_seg=32,
+        seg_ms=1920,
+        n_roundtrip=200,
+        n_noisy=12,
+    ),
+    full=dict(
+        train_s=400,
+        steps=6000,
+        batch=256,
+        n_seg=64,
+        seg_ms=1920,
+        n_roundtrip=500,
+        n_noisy=30,
+    ),
 )
-print(f"tier {tier}: {cfg.train_s} s of training recording, {cfg.steps} steps per model, "
-      f"{cfg.n_seg * cfg.seg_ms / 1000:.1f} s of test recording in {cfg.n_seg} segments")
+print(f"tier {tier}: {cfg.train_s} s of training recording, {cfg.steps} steps per "
+      f"model, "
+      f"{cfg.n_seg * cfg.seg_ms / 1000:.1f} s of test recording in {cfg.n_seg} "
+      f"segments")
 
 # %% [markdown]
 # ## A simulated retinal ganglion cell
@@ -116,7 +135,10 @@ print(f"tier {tier}: {cfg.train_s} s of training recording, {cfg.steps} steps pe
 FRAME_MS = 25  # flicker frame duration
 FILTER_MS = 150  # support of the temporal filter
 ABS_REFRACTORY = 2  # absolute refractory period (ms)
-REGIMES = {"unreliable": dict(base=-9.0, gain=3.5), "reliable": dict(base=-10.0, gain=5.0)}
+REGIMES = {
+    "unreliable": dict(base=-9.0, gain=3.5),
+    "reliable": dict(base=-10.0, gain=5.0),
+}
 
 
 def stimulus_filter(length=FILTER_MS):
@@ -135,7 +157,8 @@ def flicker(n_ms, rng, frame_ms=FRAME_MS):
 
 
 def generator_scale(k, frame_ms=FRAME_MS):
-    """Exact sd of (k * x) for iid +-1 frames, averaged over the phase within a frame."""
+    """Exact sd of (k * x) for iid +-1 frames, averaged over the phase within a frame.
+    """
     var = 0.0
     for phase in range(frame_ms):
         frame_of_lag = (phase - np.arange(len(k))) // frame_ms
@@ -151,7 +174,9 @@ def generator_signal(stim, k):
 def refractory_kernel(dt):
     """h(Delta) of Eq. 1."""
     dt = np.asarray(dt, dtype=float)
-    return np.where(dt <= ABS_REFRACTORY, -np.inf, -5.0 * np.exp(-(dt - ABS_REFRACTORY) / 5.0))
+    return np.where(
+        dt <= ABS_REFRACTORY, -np.inf, -5.0 * np.exp(-(dt - ABS_REFRACTORY) / 5.0)
+    )
 
 
 def simulate_spikes(g, base, gain, rng):
@@ -294,7 +319,8 @@ def spike_distance(spike_times, length, d_max):
 
 
 def next_prev_spike(spikes):
-    """Index of the next spike at or after each bin, and of the last one at or before it."""
+    """Index of the next spike at or after each bin, and of the last one at or before
+    it."""
     idx = np.arange(len(spikes))
     is_spike = spikes > 0
     prv = np.maximum.accumulate(np.where(is_spike, idx, -10**9))
@@ -339,14 +365,19 @@ class DistanceNet(nn.Module):
 
     def __init__(self, mu_log):
         super().__init__()
-        self.body, self.head, self.mu_log = Body(), nn.Linear(96, PRED_LEN), float(mu_log)
+        self.body, self.head, self.mu_log = (
+            Body(),
+            nn.Linear(96, PRED_LEN),
+            float(mu_log),
+        )
 
     def forward(self, x):
         return self.mu_log + self.head(self.body(x))
 
 
 class PoissonNet(nn.Module):
-    """Predicts the expected spike count in the next L ms, for every L in INTERVALS (Eq. 6)."""
+    """Predicts the expected spike count in the next L ms, for every L in INTERVALS (Eq.
+    6)."""
 
     def __init__(self, n_intervals=len(INTERVALS)):
         super().__init__()
@@ -361,7 +392,9 @@ def make_inputs(stim, hist, t0):
     [t0-HIST_LEN, t0) (masked after t0). ``hist`` is one train or one row per t0."""
     offs = np.arange(-HIST_LEN, PRED_LEN)
     idx = t0[:, None] + offs[None, :]
-    h = (hist[idx] if hist.ndim == 1 else hist[np.arange(len(t0))[:, None], idx]) * (offs < 0)
+    h = (hist[idx] if hist.ndim == 1 else hist[np.arange(len(t0))[:, None], idx]) * (
+        offs < 0
+    )
     return torch.from_numpy(np.stack([stim[idx], h], axis=1).astype(np.float32))
 
 
@@ -385,23 +418,32 @@ def poisson_loss(rate, counts):
 # their parameters are disjoint, so this is exactly two independent trainings.
 
 # %%
-def train_models(stim, spikes, steps, batch, rng, d_max, lr=2e-3, wd=1e-4, desc="training"):
+def train_models(
+    stim, spikes, steps, batch, rng, d_max, lr=2e-3, wd=1e-4, desc="training"
+):
     """Train a DistanceNet (Eq. 3) and a PoissonNet (Eq. 6) on one recording."""
     lo, hi = HIST_LEN, len(stim) - PRED_LEN - int(d_max) - max(INTERVALS)
     nxt, prv = next_prev_spike(spikes)
     cum = np.concatenate([[0.0], np.cumsum(spikes)])
-    mu_log = float(np.log(distance_targets(nxt, prv, rng.integers(lo, hi, 4096), d_max)).mean())
+    mu_log = float(
+        np.log(distance_targets(nxt, prv, rng.integers(lo, hi, 4096), d_max)).mean()
+    )
     dnet, pnet = DistanceNet(mu_log), PoissonNet()
-    opt = torch.optim.AdamW([*dnet.parameters(), *pnet.parameters()], lr=lr, weight_decay=wd,
-                            betas=(0.9, 0.99))
+    opt = torch.optim.AdamW(
+        [*dnet.parameters(), *pnet.parameters()],
+        lr=lr,
+        weight_decay=wd,
+        betas=(0.9, 0.99),
+    )
     sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=lr, total_steps=steps)
     bar = icmlbook.progress(range(steps), desc=desc)
     for step in bar:
         t0 = rng.integers(lo, hi, batch)
         x = make_inputs(stim, spikes, t0)
         d_true = torch.from_numpy(distance_targets(nxt, prv, t0, d_max))
-        counts = torch.from_numpy(np.stack([cum[t0 + L] - cum[t0] for L in INTERVALS], 1)
-                                  .astype(np.float32))
+        counts = torch.from_numpy(
+            np.stack([cum[t0 + L] - cum[t0] for L in INTERVALS], 1).astype(np.float32)
+        )
         loss_d, loss_p = dist_loss(dnet(x), d_true), poisson_loss(pnet(x), counts)
         opt.zero_grad()
         (loss_d + loss_p).backward()
@@ -440,7 +482,9 @@ def segment_loss(a, b, d_hat, w, d_max):
     return total
 
 
-def infer_spikes(d_hat, d_max, w_low=0.3, rng=None, keep_beyond=False, trace=None, beyond=None):
+def infer_spikes(
+    d_hat, d_max, w_low=0.3, rng=None, keep_beyond=False, trace=None, beyond=None
+):
     """Greedy removal (Eq. 5): spike times in the window that fit the distances d_hat.
 
     Candidates: every window bin and every bin up to ``beyond`` (default d_max) past it.
@@ -454,13 +498,16 @@ def infer_spikes(d_hat, d_max, w_low=0.3, rng=None, keep_beyond=False, trace=Non
     left, right = [None, *range(N - 1)], [*range(1, N), None]
     alive = [True] * N
     jitter = 1.0 + 0.05 * (rng.random(N) if rng is not None else np.zeros(N))
-    score = [(d_hat[n] if n < P else d_max) * jitter[n] for n in range(N)]  # visit high d first
+    # visit high d first
+    score = [(d_hat[n] if n < P else d_max) * jitter[n] for n in range(N)]
     changed = True
     while changed:
         changed = False
         for n in sorted((n for n in range(N) if alive[n]), key=lambda n: -score[n]):
             a, b = left[n], right[n]
-            with_n = segment_loss(a, n, d_hat, w, d_max) + segment_loss(n, b, d_hat, w, d_max)
+            with_n = segment_loss(a, n, d_hat, w, d_max) + segment_loss(
+                n, b, d_hat, w, d_max
+            )
             if n < P:
                 with_n += w[n] * (MIN_DIST - d_hat[n]) ** 2
             delta = segment_loss(a, b, d_hat, w, d_max) - with_n  # Eq. 5
@@ -480,7 +527,9 @@ def infer_spikes(d_hat, d_max, w_low=0.3, rng=None, keep_beyond=False, trace=Non
 def inference_objective(spikes, d_hat, d_max, w_low=0.3):
     """J(S) of Eq. 4 (spikes may lie past the window)."""
     d = spike_distance(spikes, len(d_hat), d_max)
-    return float(np.sum(confidence_weights(len(d_hat), w_low) * (d - np.asarray(d_hat)) ** 2))
+    return float(
+        np.sum(confidence_weights(len(d_hat), w_low) * (d - np.asarray(d_hat)) ** 2)
+    )
 
 
 def infer_spikes_dp(d_hat, d_max, w_low=0.3):
@@ -489,7 +538,8 @@ def infer_spikes_dp(d_hat, d_max, w_low=0.3):
     d_hat = [float(x) for x in d_hat]
     P, N = len(d_hat), len(d_hat) + int(d_max)
     w = list(confidence_weights(P, w_low))
-    F_, arg = [0.0] * N, [None] * N  # F_[b]: best cost of bins <= b with b the last spike
+    # F_[b]: best cost of bins <= b with b the last spike
+    F_, arg = [0.0] * N, [None] * N
     for b in range(N):
         best, best_a = segment_loss(None, b, d_hat, w, d_max), None
         for a in range(b):
@@ -560,14 +610,17 @@ def rollout_distance(dnet, stim, spikes, starts, seg_ms, rng, d_max, w_low):
         d_hat = torch.exp(dnet(make_inputs(stim, hist, t0))).numpy()
         d_hats[:, step * PRED_LEN:(step + 1) * PRED_LEN] = d_hat
         for k in range(K):
-            hist[k, t0[k] + np.array(infer_spikes(d_hat[k], d_max, w_low, rng), int)] = 1.0
+            hist[
+                k, t0[k] + np.array(infer_spikes(d_hat[k], d_max, w_low, rng), int)
+            ] = 1.0
     pred = np.concatenate([hist[k, s:s + seg_ms] for k, s in enumerate(starts)])
     return pred, d_hats.reshape(-1)
 
 
 @torch.no_grad()
 def rollout_poisson(pnet, stim, spikes, starts, seg_ms, L, modes, rng):
-    """A Poisson model at interval L, stride L, one rollout per count decision in modes."""
+    """A Poisson model at interval L, stride L, one rollout per count decision in modes.
+    """
     K, j = len(starts), INTERVALS.index(L)
     st = np.tile(np.asarray(starts), len(modes))
     hist = np.repeat(spikes[None, :], len(st), axis=0).astype(np.float32)
@@ -578,11 +631,17 @@ def rollout_poisson(pnet, stim, spikes, starts, seg_ms, L, modes, rng):
         rate = pnet(make_inputs(stim, hist, t0))[:, j].numpy().astype(float)
         for m, mode in enumerate(modes):
             rows = slice(m * K, (m + 1) * K)
-            for r, n in zip(range(m * K, (m + 1) * K), poisson_counts(rate[rows], mode, rng)):
+            for r, n in zip(
+                range(m * K, (m + 1) * K), poisson_counts(rate[rows], mode, rng)
+            ):
                 if n > 0:
                     hist[r, t0[r] + place_evenly(n, L)] = 1.0
-    return {mode: np.concatenate([hist[m * K + k, s:s + seg_ms] for k, s in enumerate(starts)])
-            for m, mode in enumerate(modes)}
+    return {
+        mode: np.concatenate(
+            [hist[m * K + k, s : s + seg_ms] for k, s in enumerate(starts)]
+        )
+        for m, mode in enumerate(modes)
+    }
 
 
 # %% [markdown]
@@ -622,10 +681,14 @@ def van_rossum(y, y_hat, tau):
 # %%
 rng = np.random.default_rng(seed)
 K_FILTER = stimulus_filter()
-starts = HIST_LEN + cfg.seg_ms * np.arange(cfg.n_seg)  # rollout segments of the test recording
+# rollout segments of the test recording
+starts = HIST_LEN + cfg.seg_ms * np.arange(cfg.n_seg)
 stim_train = flicker(cfg.train_s * 1000, rng)
 stim_test = flicker(int(starts[-1]) + cfg.seg_ms + PRED_LEN, rng)
-g_train, g_test = generator_signal(stim_train, K_FILTER), generator_signal(stim_test, K_FILTER)
+g_train, g_test = (
+    generator_signal(stim_train, K_FILTER),
+    generator_signal(stim_test, K_FILTER),
+)
 data = {}
 for regime, p in REGIMES.items():
     data[regime] = dict(train=simulate_spikes(g_train, **p, rng=rng),
@@ -633,16 +696,20 @@ for regime, p in REGIMES.items():
                         repeat=simulate_spikes(g_test, **p, rng=rng))
     isi = np.diff(np.flatnonzero(data[regime]["train"]))
     print(f"{regime:>10}: {data[regime]['train'].sum() / cfg.train_s:.1f} Hz, "
-          f"median ISI {np.median(isi):.0f} ms, 10% of ISIs <= {np.percentile(isi, 10):.0f} ms")
+          f"median ISI {np.median(isi):.0f} ms, 10% of ISIs <= "
+          f"{np.percentile(isi, 10):.0f} ms")
 
 
 def concat_segments(train, starts, seg_ms):
-    """The bins of the rollout segments, concatenated (what every predictor is scored on)."""
+    """The bins of the rollout segments, concatenated (what every predictor is scored
+    on)."""
     return np.concatenate([train[s:s + seg_ms] for s in starts])
 
 
 # %% tags=["hide-input"]
-fig, axes = plt.subplots(1, 2, figsize=(8, 2.6), gridspec_kw=dict(width_ratios=[1, 2.4]))
+fig, axes = plt.subplots(
+    1, 2, figsize=(8, 2.6), gridspec_kw=dict(width_ratios=[1, 2.4])
+)
 axes[0].plot(K_FILTER, color="k")
 axes[0].axhline(0, color="0.7", lw=0.8)
 axes[0].set(title="temporal filter $k$", xlabel="lag (ms)")
@@ -652,8 +719,13 @@ axes[1].step(t_show, stim_test[t_show] * 0.5 - 3.2, color="0.8", lw=1, label="st
 for i, regime in enumerate(REGIMES):
     s = t_show[data[regime]["test"][t_show] > 0]
     r = t_show[data[regime]["repeat"][t_show] > 0]
-    axes[1].eventplot([s, r], lineoffsets=[3.2 + 1.2 * i, 3.7 + 1.2 * i], linelengths=0.4,
-                      colors=f"C{i}", label=regime)
+    axes[1].eventplot(
+        [s, r],
+        lineoffsets=[3.2 + 1.2 * i, 3.7 + 1.2 * i],
+        linelengths=0.4,
+        colors=f"C{i}",
+        label=regime,
+    )
 axes[1].set(title="test recording: two trials per regime", xlabel="t (ms)", yticks=[])
 axes[1].legend(loc="lower right", ncol=3, fontsize=7)
 plt.show()
@@ -673,14 +745,17 @@ plt.show()
 
 # %%
 def random_spike_set(rng, length, d_max, max_spikes=5, gap=2):
-    """A uniformly random sorted spike set in [0, length + d_max), spikes >= ``gap`` apart."""
+    """A uniformly random sorted spike set in [0, length + d_max), spikes >= ``gap``
+    apart."""
     n = int(rng.integers(0, max_spikes + 1))
-    slots = length + int(d_max) - (n - 1) * (gap - 1)  # stars and bars: squeeze out the gaps
+    # stars and bars: squeeze out the gaps
+    slots = length + int(d_max) - (n - 1) * (gap - 1)
     return np.sort(rng.choice(slots, size=n, replace=False)) + np.arange(n) * (gap - 1)
 
 
 def roundtrip_fraction(n, rng, d_max, w_low, infer=infer_spikes):
-    """Share of random spike sets S with infer(spike_distance(S)) == S inside the window."""
+    """Share of random spike sets S with infer(spike_distance(S)) == S inside the
+    window."""
     ok = 0
     for _ in range(n):
         S = random_spike_set(rng, PRED_LEN, d_max)
@@ -694,30 +769,45 @@ exact_fraction = roundtrip_fraction(cfg.n_roundtrip, check_rng, d_max, confidenc
 ratios = []
 for _ in range(cfg.n_noisy):
     S = random_spike_set(check_rng, PRED_LEN, d_max)
-    noisy = spike_distance(S, PRED_LEN, d_max) * np.exp(0.3 * check_rng.standard_normal(PRED_LEN))
+    noisy = spike_distance(S, PRED_LEN, d_max) * np.exp(
+        0.3 * check_rng.standard_normal(PRED_LEN)
+    )
     greedy_all = infer_spikes(noisy, d_max, confidence_low, check_rng, keep_beyond=True)
     _, best = infer_spikes_dp(noisy, d_max, confidence_low)
-    ratios.append(inference_objective(greedy_all, noisy, d_max, confidence_low) / max(best, 1e-12))
-print(f"noise-free round trip: {exact_fraction:.1%} of {cfg.n_roundtrip} spike sets recovered exactly")
-print(f"noisy curves: greedy objective / exact optimum: median {np.median(ratios):.3f}, "
+    ratios.append(
+        inference_objective(greedy_all, noisy, d_max, confidence_low) / max(best, 1e-12)
+    )
+print(f"noise-free round trip: {exact_fraction:.1%} of {cfg.n_roundtrip} spike sets "
+      f"recovered exactly")
+print(f"noisy curves: greedy objective / exact optimum: median "
+      f"{np.median(ratios):.3f}, "
       f"max {np.max(ratios):.3f} ({cfg.n_noisy} curves)")
 run.metric("roundtrip_fraction", exact_fraction)
-run.metric("greedy_over_dp", dict(median=float(np.median(ratios)), max=float(np.max(ratios))))
+run.metric(
+    "greedy_over_dp", dict(median=float(np.median(ratios)), max=float(np.max(ratios)))
+)
 
 # %% tags=["hide-input"]
 demo_S = [6, 20, 23, 61]  # the last spike lies past the window
 demo_rng = np.random.default_rng(7)
-demo_noisy = spike_distance(demo_S, PRED_LEN, d_max) * np.exp(0.3 * demo_rng.standard_normal(PRED_LEN))
+demo_noisy = spike_distance(demo_S, PRED_LEN, d_max) * np.exp(
+    0.3 * demo_rng.standard_normal(PRED_LEN)
+)
 demo_trace = []
 demo_fit = infer_spikes(demo_noisy, d_max, confidence_low, demo_rng, keep_beyond=True,
                         trace=demo_trace)
 fig, ax = plt.subplots(figsize=(7, 2.6))
-ax.plot(spike_distance(demo_S, PRED_LEN, d_max), color="0.6", lw=2, label="true $d$ (Eq. 2)")
+ax.plot(spike_distance(demo_S, PRED_LEN, d_max), color="0.6", lw=2, label="true $d$ "
+                                                                          "(Eq. 2)")
 ax.plot(demo_noisy, "o", ms=3, color="C0", label=r"noisy $\hat d$")
 ax.plot(spike_distance(demo_fit, PRED_LEN, d_max), color="C3", lw=1,
         label=f"implied by the greedy's spikes (after {len(demo_trace)} removals)")
-ax.eventplot([[s for s in demo_S if s < PRED_LEN]], lineoffsets=-4, linelengths=4, colors="0.4")
-ax.eventplot([[s for s in demo_fit if s < PRED_LEN]], lineoffsets=-9, linelengths=4, colors="C3")
+ax.eventplot(
+    [[s for s in demo_S if s < PRED_LEN]], lineoffsets=-4, linelengths=4, colors="0.4"
+)
+ax.eventplot(
+    [[s for s in demo_fit if s < PRED_LEN]], lineoffsets=-9, linelengths=4, colors="C3"
+)
 ax.set(xlabel="bin in the window (ms)", ylabel="distance (ms)",
        title="greedy inference: true spikes (grey ticks) vs recovered (red ticks)")
 ax.legend(loc="upper right", fontsize=7)
@@ -731,8 +821,15 @@ plt.show()
 # %%
 models = {}
 for regime in REGIMES:
-    models[regime] = train_models(stim_train, data[regime]["train"], cfg.steps, cfg.batch, rng,
-                                  d_max, desc=f"{regime} cell")
+    models[regime] = train_models(
+        stim_train,
+        data[regime]["train"],
+        cfg.steps,
+        cfg.batch,
+        rng,
+        d_max,
+        desc=f"{regime} cell",
+    )
 
 # %% [markdown]
 # ### Rollouts
@@ -743,13 +840,16 @@ for regime in REGIMES:
 
 # %%
 def evaluate_regime(dnet, pnet, spikes, repeat, rng):
-    """Rollouts of every predictor on one regime's test recording; returns trains and d_hat."""
+    """Rollouts of every predictor on one regime's test recording; returns trains and
+    d_hat."""
     preds = {}
-    preds["distance"], d_hat = rollout_distance(dnet, stim_test, spikes, starts, cfg.seg_ms, rng,
-                                                d_max, confidence_low)
+    preds["distance"], d_hat = rollout_distance(
+        dnet, stim_test, spikes, starts, cfg.seg_ms, rng, d_max, confidence_low
+    )
     for L in INTERVALS:
-        for mode, train in rollout_poisson(pnet, stim_test, spikes, starts, cfg.seg_ms, L, MODES,
-                                           rng).items():
+        for mode, train in rollout_poisson(
+            pnet, stim_test, spikes, starts, cfg.seg_ms, L, MODES, rng
+        ).items():
             preds[f"Poisson L={L} {mode}"] = train
     preds["repeat trial"] = concat_segments(repeat, starts, cfg.seg_ms)
     return preds, d_hat
@@ -757,9 +857,14 @@ def evaluate_regime(dnet, pnet, spikes, repeat, rng):
 
 results = {}
 for regime in icmlbook.progress(list(REGIMES), desc="rollouts"):
-    preds, d_hat = evaluate_regime(*models[regime], data[regime]["test"], data[regime]["repeat"], rng)
+    preds, d_hat = evaluate_regime(
+        *models[regime], data[regime]["test"], data[regime]["repeat"], rng
+    )
     truth = concat_segments(data[regime]["test"], starts, cfg.seg_ms)
-    sch = {name: np.array([schreiber(truth, p, s) for s in SIGMAS]) for name, p in preds.items()}
+    sch = {
+        name: np.array([schreiber(truth, p, s) for s in SIGMAS])
+        for name, p in preds.items()
+    }
     results[regime] = dict(preds=preds, d_hat=d_hat, truth=truth, sch=sch)
 
 # %% [markdown]
@@ -771,25 +876,45 @@ for regime in icmlbook.progress(list(REGIMES), desc="rollouts"):
 
 # %% tags=["hide-input"]
 def raster_panel(ax, regime, Lsel, mode, t_lo, t_hi, d_max):
-    """Raster of truth vs predictions over [t_lo, t_hi) of the scored bins, with d_hat."""
+    """Raster of truth vs predictions over [t_lo, t_hi) of the scored bins, with d_hat.
+    """
     r = results[regime]
     t = np.arange(t_lo, t_hi)
-    ax.plot(t, np.minimum(r["d_hat"][t], d_max), color="C0", lw=1, label=r"predicted $\hat d$")
-    rows = [("recorded", r["truth"], "k"), ("distance model", r["preds"]["distance"], "C0"),
+    ax.plot(t, np.minimum(r["d_hat"][t], d_max), color="C0", lw=1, label=r"predicted "
+                                                                         r"$\hat d$")
+    rows = [("recorded", r["truth"], "k"), ("distance "
+                                            "model", r["preds"]["distance"], "C0"),
             (f"Poisson L={Lsel} {mode}", r["preds"][f"Poisson L={Lsel} {mode}"], "C1"),
             ("repeat trial", r["preds"]["repeat trial"], "0.6")]
     for i, (name, train, color) in enumerate(rows):
-        ax.eventplot([t[train[t] > 0]], lineoffsets=-6 - 7 * i, linelengths=5, colors=color)
-        ax.text(t_lo + 0.01 * (t_hi - t_lo), -6 - 7 * i + 2.6, name, fontsize=7, color=color)
+        ax.eventplot(
+            [t[train[t] > 0]], lineoffsets=-6 - 7 * i, linelengths=5, colors=color
+        )
+        ax.text(
+            t_lo + 0.01 * (t_hi - t_lo), -6 - 7 * i + 2.6, name, fontsize=7, color=color
+        )
     for b in range(t_lo - t_lo % PRED_LEN, t_hi, PRED_LEN):
         ax.axvline(b, color="0.85", lw=0.6, zorder=0)
-    ax.set(xlim=(t_lo, t_hi), ylim=(-6 - 7 * len(rows), d_max * 1.05), xlabel="t (ms, test segments)",
-           ylabel="distance (ms)")
+    ax.set(
+        xlim=(t_lo, t_hi),
+        ylim=(-6 - 7 * len(rows), d_max * 1.05),
+        xlabel="t (ms, test segments)",
+        ylabel="distance (ms)",
+    )
 
 
 fig, ax = plt.subplots(figsize=(8, 3.2))
-raster_panel(ax, "unreliable", 10, "round", 0, min(1440, len(results["unreliable"]["truth"])), d_max)
-ax.set_title("unreliable cell: predicted distance and spikes (grey lines: 48 ms rollout steps)")
+raster_panel(
+    ax,
+    "unreliable",
+    10,
+    "round",
+    0,
+    min(1440, len(results["unreliable"]["truth"])),
+    d_max,
+)
+ax.set_title("unreliable cell: predicted distance and spikes (grey lines: 48 ms "
+             "rollout steps)")
 ax.legend(loc="upper right", fontsize=7)
 plt.show()
 
@@ -807,11 +932,15 @@ def count_ratio(regime, name):
 fig, axes = plt.subplots(1, 2, figsize=(8, 2.8), sharey=True)
 for ax, regime in zip(axes, REGIMES):
     for i, mode in enumerate(MODES):
-        ax.plot(INTERVALS, [count_ratio(regime, f"Poisson L={L} {mode}") for L in INTERVALS],
+        ax.plot(INTERVALS, [count_ratio(regime, f"Poisson L={L} "
+                                                f"{mode}") for L in INTERVALS],
                 "o-", color=f"C{i + 1}", label=f"Poisson, {mode}")
-    ax.axhline(count_ratio(regime, "distance"), color="C0", lw=2, label="distance model")
+    ax.axhline(count_ratio(regime, "distance"), color="C0", lw=2, label="distance "
+                                                                        "model")
     ax.axhline(1.0, color="k", ls="--", lw=1, label="recorded")
-    ax.set(xscale="log", xticks=INTERVALS, xticklabels=INTERVALS, xlabel="Poisson interval L (ms)",
+    ax.set(xscale="log", xticks=INTERVALS, xticklabels=INTERVALS, xlabel="Poisson "
+                                                                         "interval L "
+                                                                         "(ms)",
            title=f"{regime} cell")
 axes[0].set_ylabel("predicted / recorded spikes")
 axes[0].legend(fontsize=7)
@@ -829,7 +958,8 @@ plt.show()
 
 # %%
 def poisson_best(regime, sigma_index, intervals=INTERVALS, modes=MODES):
-    """(name, score) of the best Poisson variant among intervals x modes at one sigma."""
+    """(name, score) of the best Poisson variant among intervals x modes at one sigma.
+    """
     names = [f"Poisson L={L} {m}" for L in intervals for m in modes]
     best = max(names, key=lambda n: results[regime]["sch"][n][sigma_index])
     return best, float(results[regime]["sch"][best][sigma_index])
@@ -840,19 +970,24 @@ for ax, regime in zip(axes, REGIMES):
     sch = results[regime]["sch"]
     for i, L in enumerate(INTERVALS):
         for mode, ls in zip(MODES, ("-", ":", "--")):
-            ax.plot(SIGMAS, sch[f"Poisson L={L} {mode}"], ls=ls, lw=0.9, color=plt.cm.autumn(i / 5),
+            ax.plot(SIGMAS, sch[f"Poisson L={L} "
+                                f"{mode}"], ls=ls, lw=0.9, color=plt.cm.autumn(i / 5),
                     label=f"L={L}" if mode == "round" else None)
     ax.plot(SIGMAS, sch["repeat trial"], color="0.5", lw=1.5, label="repeat trial")
     ax.plot(SIGMAS, sch["distance"], color="C0", lw=2.5, label="distance model")
-    ax.set(xscale="symlog", xlabel=r"smoothing $\sigma$ (ms)", title=f"{regime} cell", xlim=(0, max(SIGMAS)),
+    ax.set(xscale="symlog", xlabel=r"smoothing $\sigma$ "
+                                   r"(ms)", title=f"{regime} "
+                                                  f"cell", xlim=(0, max(SIGMAS)),
            xticks=SIGMAS, xticklabels=SIGMAS)
 axes[0].set_ylabel("Schreiber similarity")
-axes[0].legend(fontsize=6, ncol=2, title="Poisson: round -, floor :, sample --", title_fontsize=6)
+axes[0].legend(fontsize=6, ncol=2, title="Poisson: round -, floor :, sample "
+                                         "--", title_fontsize=6)
 plt.show()
 
 # %%
 i2, i5, i10 = SIGMAS.index(2), SIGMAS.index(5), SIGMAS.index(10)
-print(f"{'':>10} {'predictor':<24} {'spikes':>7} {'Sch s=2':>8} {'Sch s=5':>8} {'Sch s=10':>9} "
+print(f"{'':>10} {'predictor':<24} {'spikes':>7} {'Sch s=2':>8} {'Sch s=5':>8} "
+      f"{'Sch s=10':>9} "
       f"{'vR t=5':>7}")
 table = {}
 for regime in REGIMES:
@@ -864,7 +999,8 @@ for regime in REGIMES:
         row = (int(r["preds"][name].sum()), *r["sch"][name][[i2, i5, i10]],
                van_rossum(r["truth"], r["preds"][name], 5.0))
         table[f"{regime}: {name}"] = row
-        print(f"{regime:>10} {name:<24} {row[0]:>7d} {row[1]:>8.3f} {row[2]:>8.3f} {row[3]:>9.3f} "
+        print(f"{regime:>10} {name:<24} {row[0]:>7d} {row[1]:>8.3f} {row[2]:>8.3f} "
+              f"{row[3]:>9.3f} "
               f"{row[4]:>7.3f}")
     print(f"{regime:>10} {'recorded':<24} {int(r['truth'].sum()):>7d}")
 run.metric("summary_table", table)
@@ -902,26 +1038,37 @@ run.metric("summary_table", table)
 
 # %%
 U = "unreliable"
-collapse = max(count_ratio(U, f"Poisson L={L} {m}") for L in (2, 5) for m in ("round", "floor"))
+collapse = max(count_ratio(U, f"Poisson L={L} "
+                              f"{m}") for L in (2, 5) for m in ("round", "floor"))
 dist_ratio = count_ratio(U, "distance")
 short_name, short_score = poisson_best(U, i2, intervals=(2, 5))
 any_name, any_score = poisson_best(U, i2)
 dist_score = float(results[U]["sch"]["distance"][i2])
 print(f"best short-interval Poisson at 2 ms: {short_name} ({short_score:.3f}); "
-      f"best Poisson overall: {any_name} ({any_score:.3f}); distance model {dist_score:.3f}")
+      f"best Poisson overall: {any_name} ({any_score:.3f}); distance model "
+      f"{dist_score:.3f}")
 run.claim("short-interval Poisson count (round/floor, L<=5)", collapse, "<=", 0.05,
-          "Poisson MLE-style predictions at short intervals collapse to (almost) no spikes")
+          "Poisson MLE-style predictions at short intervals collapse to (almost) no "
+          "spikes")
 run.claim("distance model |count ratio - 1|", abs(dist_ratio - 1.0), "<=", 0.5,
           "the distance model predicts a realistic number of spikes")
-run.claim("Sch@2ms distance / best Poisson L<=5", dist_score / max(short_score, 0.01), ">=", 1.1,
-          "at millisecond smoothing the distance model beats the best short-interval Poisson model")
+run.claim("Sch@2ms distance / best Poisson "
+          "L<=5", dist_score / max(short_score, 0.01), ">=", 1.1,
+          "at millisecond smoothing the distance model beats the best short-interval "
+          "Poisson model")
 run.claim("Sch@2ms distance - best Poisson any L", dist_score - any_score, ">=", 0.01,
           "at millisecond smoothing the distance model beats every Poisson model")
 run.claim("noise-free round trip, fraction exact", exact_fraction, ">=", 1.0,
           "the inference algorithm recovers exact spikes from noise-free distances")
 run.metric("count_ratio_distance", dist_ratio)
-run.metric("schreiber_distance", {f"{s}ms": float(v) for s, v in zip(SIGMAS, results[U]["sch"]["distance"])})
-run.metric("schreiber_best_poisson", {f"{s}ms": poisson_best(U, i)[1] for i, s in enumerate(SIGMAS)})
+run.metric(
+    "schreiber_distance",
+    {f"{s}ms": float(v) for s, v in zip(SIGMAS, results[U]["sch"]["distance"])},
+)
+run.metric(
+    "schreiber_best_poisson",
+    {f"{s}ms": poisson_best(U, i)[1] for i, s in enumerate(SIGMAS)},
+)
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -942,8 +1089,13 @@ contrast = {}
 for regime in REGIMES:
     for i, s in ((i2, 2), (i5, 5), (i10, 10)):
         name, score = poisson_best(regime, i)
-        contrast[(regime, s)] = (float(results[regime]["sch"]["distance"][i]), score, name)
-        print(f"{regime:>10} sigma {s:>2} ms: distance {contrast[(regime, s)][0]:.3f}   "
+        contrast[(regime, s)] = (
+            float(results[regime]["sch"]["distance"][i]),
+            score,
+            name,
+        )
+        print(f"{regime:>10} sigma {s:>2} ms: distance {contrast[(regime, s)][0]:.3f}  "
+              f" "
               f"best Poisson {score:.3f} ({name})   repeat trial "
               f"{results[regime]['sch']['repeat trial'][i]:.3f}")
 run.metric("regime_contrast", {f"{k[0]} {k[1]}ms": v[:2] for k, v in contrast.items()})
@@ -971,8 +1123,13 @@ run.metric("regime_contrast", {f"{k[0]} {k[1]}ms": v[:2] for k, v in contrast.it
 
 # %%
 no_end = lambda d, dm, wl: infer_spikes(d, dm, wl, beyond=0)
-broken_fraction = roundtrip_fraction(cfg.n_roundtrip, np.random.default_rng(seed + 100), d_max,
-                                     confidence_low, infer=no_end)
+broken_fraction = roundtrip_fraction(
+    cfg.n_roundtrip,
+    np.random.default_rng(seed + 100),
+    d_max,
+    confidence_low,
+    infer=no_end,
+)
 print(f"round trip without candidates past the window: {broken_fraction:.1%} exact "
       f"(with them: {exact_fraction:.1%})")
 
@@ -997,25 +1154,37 @@ view_ms = min(960, n_scored)
 def update(regime, L, mode, sigma, start):
     start = int(np.clip(start, 0, n_scored - view_ms))
     r = results[regime]
-    fig, axes = plt.subplots(1, 2, figsize=(10, 3.2), gridspec_kw=dict(width_ratios=[2, 1]))
+    fig, axes = plt.subplots(
+        1, 2, figsize=(10, 3.2), gridspec_kw=dict(width_ratios=[2, 1])
+    )
     raster_panel(axes[0], regime, L, mode, start, start + view_ms, d_max)
     name = f"Poisson L={L} {mode}"
-    axes[0].set_title(f"{regime} cell; spikes: recorded {int(r['truth'].sum())}, distance "
-                      f"{int(r['preds']['distance'].sum())}, {name} {int(r['preds'][name].sum())}",
+    axes[0].set_title(f"{regime} cell; spikes: recorded {int(r['truth'].sum())}, "
+                      f"distance "
+                      f"{int(r['preds']['distance'].sum())}, {name} "
+                      f"{int(r['preds'][name].sum())}",
                       fontsize=8)
     ax = axes[1]
     for other in r["sch"]:
         if other.startswith("Poisson"):
             ax.plot(SIGMAS, r["sch"][other], color="0.85", lw=0.8)
     ax.plot(SIGMAS, r["sch"][name], color="C1", lw=2, label=name)
-    ax.plot(SIGMAS, r["sch"]["repeat trial"], color="0.5", ls="--", lw=1.2, label="repeat trial")
+    ax.plot(SIGMAS, r["sch"]["repeat "
+                             "trial"], color="0.5", ls="--", lw=1.2, label="repeat "
+                                                                           "trial")
     ax.plot(SIGMAS, r["sch"]["distance"], color="C0", lw=2, label="distance model")
     ax.axvline(sigma, color="k", lw=0.8)
     now = {k: schreiber(r["truth"], r["preds"][k], sigma) for k in ("distance", name)}
-    ax.set(xscale="symlog", xticks=SIGMAS, xticklabels=SIGMAS, ylim=(0, 1), xlim=(0, max(SIGMAS)),
-           xlabel=r"$\sigma$ (ms)", ylabel="Schreiber similarity",
-           title=f"at {sigma} ms: distance {now['distance']:.3f}, Poisson {now[name]:.3f}",
-           )
+    ax.set(
+        xscale="symlog",
+        xticks=SIGMAS,
+        xticklabels=SIGMAS,
+        ylim=(0, 1),
+        xlim=(0, max(SIGMAS)),
+        xlabel=r"$\sigma$ (ms)",
+        ylabel="Schreiber similarity",
+        title=f"at {sigma} ms: distance {now['distance']:.3f}, Poisson {now[name]:.3f}",
+    )
     ax.title.set_fontsize(8)
     ax.legend(fontsize=7, loc="lower right")
     plt.show()
@@ -1026,7 +1195,9 @@ controls = dict(
     L=W.Dropdown(options=list(INTERVALS), value=5, description="Poisson L"),
     mode=W.Dropdown(options=list(MODES), value="round", description="decision"),
     sigma=W.IntSlider(value=2, min=0, max=50, description="sigma (ms)"),
-    start=W.IntSlider(value=0, min=0, max=n_scored - view_ms, step=48, description="start (ms)"),
+    start=W.IntSlider(
+        value=0, min=0, max=n_scored - view_ms, step=48, description="start (ms)"
+    ),
 )
 icmlbook.explore(update, controls, run=run)
 

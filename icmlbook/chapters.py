@@ -221,7 +221,9 @@ def resolve(name: str, chapters: list[Chapter]) -> Chapter:
 
 
 def parse_parameters(source: str, literal: bool = True) -> dict[str, Parameter]:
-    """Names, literal defaults and trailing comments of a parameters cell.
+    """Names, literal defaults and comments of a parameters cell: the trailing
+    comment, or else the block of comment lines right above the assignment (for a
+    comment too long to share the line).
 
     ``literal=False`` keeps a value that is not a literal as its source text."""
     tree = ast.parse(source)
@@ -239,6 +241,12 @@ def parse_parameters(source: str, literal: bool = True) -> dict[str, Parameter]:
                 default = ast.get_source_segment(source, node.value)
             line = lines[node.lineno - 1]
             comment = line.split("#", 1)[1].strip() if "#" in line else ""
+            above = node.lineno - 2
+            while not comment and above >= 0 and lines[above].lstrip().startswith("#"):
+                above -= 1
+            if not comment and above < node.lineno - 2:  # a comment block right above
+                comment = " ".join(c.strip().lstrip("#").strip()
+                                   for c in lines[above + 1:node.lineno - 1])
             params[name] = Parameter(name, default, comment)
     return params
 

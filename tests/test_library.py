@@ -417,6 +417,10 @@ def test_parse_parameters_and_coerce():
     assert chapters.coerce("abc", 1) == "abc"  # left for the chapter's check to reject
     with pytest.raises(ValueError, match="literal default"):
         chapters.parse_parameters("x = compute()")
+    above = chapters.parse_parameters("a = 1  # one\n\n# a long comment\n# in two lines\nb = 2\n"
+                                      "c = 3\n")
+    assert above["a"].comment == "one" and above["b"].comment == "a long comment in two lines"
+    assert above["c"].comment == ""
 
 
 def test_resolve_chapters():
