@@ -124,7 +124,9 @@ MUS = (0.003, 0.01, 0.05, 0.2, 1.0)  # the temperatures of the mu sweep
 BOUND_MUS = (0.01, 0.05, 0.2)  # temperatures at which a check tests the mu log m bound
 REF_POINT = 1.1  # hypervolume reference point (both objectives lie in [0, 1])
 DISTINCT_TOL = 0.02  # two solutions are "the same" if their objectives differ by less
-COLOURS = {"LS": "C0", "TCH": "C1", "STCH": "C2", "MGDA": "C3"}  # one colour per method
+# one colour and line style per method, for every figure of the chapter
+STYLE = icmlbook.method_styles("LS", "TCH", "STCH", "MGDA")
+COLOURS = {name: style["color"] for name, style in STYLE.items()}
 # one line style per update rule
 RULE_STYLES = {"gd": "--", "subgradient": ":", "adam": "-"}
 preferences = torch.tensor(np.stack([PREF_W, 1 - PREF_W], axis=1))  # (P, 2)
@@ -536,9 +538,8 @@ for name, r in results.items():
 print(f"{'whole front':<14} {'':>14} {hv_true:>7.4f}")
 
 # %% tags=["hide-input"]
-def draw_front(
-    ax, front_pts, F, lam_np, title, f_exact=None, label="solutions", color="C2"
-):
+def draw_front(ax, front_pts, F, lam_np, title, f_exact=None, label="solutions",
+               color=COLOURS["STCH"]):
     """The front, the solutions F (P, 2) and the preference rays lam_1 f_1 = lam_2
     f_2."""
     ax.plot(front_pts[:, 0], front_pts[:, 1], color="0.6", lw=1.2, zorder=1)
@@ -1223,7 +1224,7 @@ print(f"STCH without 1/mu: {broken['distinct']} distinct solutions, HV "
 # $\lambda = (w, 1-w)$, a method, the update rule and its learning rate, the number of
 # steps and the problem. The left panel shows the front, the path of the solution in
 # objective space from the start (grey dot) to where it lands, in the method's colour
-# (blue LS, orange TCH, green STCH), the preference ray and the exact TCH point (circle).
+# (blue LS, red TCH, teal STCH), the preference ray and the exact TCH point (circle).
 # Then the TCH gap along the way, and the weight on $f_1$ (the softmax $\pi_1$ of Eq. 4
 # for STCH, the active objective for TCH, $\lambda_1$ for LS). For STCH the purple star
 # marks the exact minimiser of Eq. 3 on the front at the current $\mu$: slide $\mu$ up
@@ -1266,8 +1267,15 @@ def update(w, mu_w, method, opt_name, lr_w, steps, problem):
     if method == "STCH":  # where the exact STCH minimiser for this mu sits on the front
         t_mu = stch_argmin_on_front(front, lam_np, [mu_w], np.linspace(-1, 1, 801))[0]
         f_mu = front(t_mu)
-        axes[0].scatter(f_mu[0], f_mu[1], marker="*", s=70, color="C4", zorder=4,
-                        label="exact STCH minimiser")
+        axes[0].scatter(
+            f_mu[0],
+            f_mu[1],
+            marker="*",
+            s=70,
+            color=icmlbook.plot.PALETTE[4],
+            zorder=4,
+            label="exact STCH minimiser",
+        )
         axes[0].legend(loc="upper right")
     axes[0].set_ylabel("$f_2$")
     # log10 on a linear axis: log axes redraw slowly

@@ -675,9 +675,10 @@ def ball_ratio(xs, prob):
 # $d(x_t, x^*)/R$ for every run.
 
 # %%
-COLOURS = {"RGD 1/L": "C0", "RGD 1/(zeta L)": "C1", "RGD tuned": "C2", "iRPPA": "C3",
-           # one per method
-           "exact RPPA": "C4", "fixed budget": "C5", "RGD 2.5/L": "C6"}
+# one colour and line style per method, for every figure of the chapter
+STYLE = icmlbook.method_styles("RGD 1/L", "RGD 1/(zeta L)", "RGD tuned", "iRPPA",
+                               "exact RPPA", "fixed budget", "RGD 2.5/L")
+COLOURS = {name: style["color"] for name, style in STYLE.items()}
 
 
 def normal_coords(M, centre, xs):

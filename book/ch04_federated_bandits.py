@@ -166,7 +166,7 @@ print(f"tier {tier}: n = {cfg.n} candidate images, k = {k}, pool of {cfg.pool} i
 # %% [markdown]
 # One colour per method in every figure: C-MA-MAB in blues (darker for more agents),
 # C-MA-MAB with its multiplier tuned in teal, non-cooperating agents in purple,
-# successive elimination over all subsets in red (tuned) and yellow (Hoeffding's radius),
+# successive elimination over all subsets in red (tuned) and amber (Hoeffding's radius),
 # random subsets in grey.
 
 # %% tags=["hide-input"]
@@ -176,9 +176,12 @@ def agent_colour(m):
     return plt.cm.Blues(0.45 + 0.5 * min(log2(m) / 5, 1.0))
 
 
-colour = {"tuned": "C2", "non-cooperating": "C4", "elimination, tuned": "C1",
-          # teal, purple, red, yellow, grey
-          "elimination, Hoeffding": "C3", "random": "0.5"}
+# one colour per method (teal, purple, red, amber); random subsets in grey
+STYLE = icmlbook.method_styles("C-MA-MAB", "elimination, tuned", "tuned",
+                               "elimination, Hoeffding", "non-cooperating")
+colour = {name: STYLE[name]["color"] for name in
+          ("tuned", "non-cooperating", "elimination, tuned", "elimination, Hoeffding")}
+colour["random"] = "0.5"
 
 # %% [markdown]
 # ## The problem: stochastic data summarisation

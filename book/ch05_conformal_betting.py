@@ -94,8 +94,9 @@ SCALES = (0.01, 1.0, 100.0)  # score-scale multipliers of the claim sweep
 SIGMAS = (1.0, 5.0, 0.5)  # noise level of the three segments (two changepoints)
 # a learning rate counts as valid when its long-run gap is at most this
 TUNE_TOL = 0.015
-# one colour per method
-COLOURS = {"KT": "C0", "ONS": "C1", "OGD": "C2", "SF-OGD": "C3"}
+# one colour and line style per method, for every figure of the chapter
+STYLE = icmlbook.method_styles("KT", "ONS", "OGD", "SF-OGD")
+COLOURS = {name: style["color"] for name, style in STYLE.items()}
 print(f"tier {tier}: T = {cfg.T} steps per stream, {len(ALPHAS) * len(SCALES)} streams "
       f"in the sweep, OGD grid of {cfg.eta_grid} learning rates")
 
@@ -368,8 +369,8 @@ plt.show()
 # First the showcase stream at scale 1 with the chapter's `alpha`. KT and ONS are the
 # paper's two bettors; OGD gets $\eta = 1$, a sensible rate *at this scale*; SF-OGD
 # gets the score bound of the first 100 steps; the bettors get nothing but
-# $\varepsilon$. Colours are fixed for the chapter: KT blue, ONS orange, OGD green,
-# SF-OGD red.
+# $\varepsilon$. Colours are fixed for the chapter: KT blue, ONS red, OGD teal,
+# SF-OGD amber.
 
 # %%
 D_calib = base_scores[:100].max()
@@ -782,7 +783,7 @@ def update(alpha, scale, severity, eps, eta, methods):
         axes[0].legend(loc="upper left")
     axes[1].axhline(1 - alpha, color="k", ls="--", lw=1)
     axes[1].set(title=f"rolling coverage (window {w})", xlabel="t", ylim=(-0.02, 1.02))
-    axes[2].semilogy(kt_aci(sc, alpha, eps)[1], color="C0")
+    axes[2].semilogy(kt_aci(sc, alpha, eps)[1], color=COLOURS["KT"])
     axes[2].set(title="KT wealth", xlabel="t")
     plt.show()
 

@@ -133,7 +133,9 @@ SIM_STEP = (0.740, 0.539)
 AUTHORS_LR = 0.036  # the authors' constant SARSA step for Q^ and J^
 GAIN_DECAY = 0.7  # our decaying gain step alpha^J_t = t**-0.7
 LAGS = (0, 1, 2)  # lags k of the correlation baseline
-COLORS = dict(decaying="C0", authors="C3", tuned="C4", myopic="C2", correlation="C1")
+# one colour and line style per method, for every figure of the chapter
+STYLE = icmlbook.method_styles("decaying", "correlation", "myopic", "authors", "tuned")
+COLORS = {name: style["color"] for name, style in STYLE.items()}
 print(f"tier {tier}: T = {cfg.T} steps, error measured at t = {cfg.checks}, "
       f"constant critic steps tried: {cfg.lrs}")
 
@@ -935,8 +937,8 @@ def draw_graph(ax, est, true):
     for j, i in itertools.product(range(N_AGENTS), repeat=2):
         if not (est[j, i] or true[j, i]):
             continue
-        color, ls = ("tab:green", "-") if est[j, i] and true[j, i] else \
-            (("tab:red", "-") if est[j, i] else ("0.6", "--"))
+        color, ls = (icmlbook.plot.PALETTE[6], "-") if est[j, i] and true[j, i] else \
+            ((icmlbook.plot.PALETTE[1], "-") if est[j, i] else ("0.6", "--"))
         if i == j:
             ax.add_patch(
                 plt.Circle(
@@ -953,7 +955,7 @@ def draw_graph(ax, est, true):
                 arrowstyle="-|>", color=color, ls=ls, lw=1.5, shrinkA=11, shrinkB=11,
                 connectionstyle="arc3,rad=0.15"))
     for k, (x, y) in enumerate(xy):
-        ax.add_patch(plt.Circle((x, y), 0.11, color="C0", zorder=3))
+        ax.add_patch(plt.Circle((x, y), 0.11, color="0.35", zorder=3))
         ax.text(x, y, str(k), color="white", ha="center", va="center", zorder=4)
     ax.set(xlim=(-0.35, 1.35), ylim=(-0.35, 1.35), aspect="equal", title="recovered "
                                                                          "graph")

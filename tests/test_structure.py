@@ -105,6 +105,48 @@ def test_code_lines_fit_the_html_code_column(ch):
     assert out.returncode == 0, out.stdout + out.stderr
 
 
+# One colour per method for a whole chapter (CONVENTIONS, Figures): a chapter declares
+# its methods once with icmlbook.method_styles and draws them from that; other marks are
+# black, white or grey. Chapters whose figures are still to be brought to it (issue 21);
+# the list only shrinks.
+PENDING_FIGURES = {"06", "07", "08", "09", "10", "14",
+                   "15", "19"}
+COLOUR_KEYWORDS = {"color", "c", "colors", "facecolor", "edgecolor", "mfc", "mec",
+                   "markerfacecolor", "markeredgecolor", "ecolor"}
+NEUTRAL = re.compile(r"^(k|black|w|white|none|grey|gray|0?\.\d+|1(\.0)?)$")
+
+
+def _literal_colours(source):
+    """(line, colour) of every literal colour in code: colour keywords given a string,
+    and matplotlib format strings naming a cycle colour ("C1--")."""
+    import ast
+
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, ast.Call):
+            continue
+        for kw in node.keywords:
+            if kw.arg in COLOUR_KEYWORDS and isinstance(kw.value, ast.Constant) \
+                    and isinstance(kw.value.value, str):
+                found.append((node.lineno, kw.value.value))
+        for arg in node.args:
+            if isinstance(arg, ast.Constant) and isinstance(arg.value, str) \
+                    and re.fullmatch(r"C\d[-.:o^sv*+x]*", arg.value):
+                found.append((node.lineno, arg.value))
+    return found
+
+
+@pytest.mark.parametrize("ch", CHAPTERS, ids=IDS)
+def test_figures_take_colours_from_the_chapter_style(ch):
+    if ch.number in PENDING_FIGURES:
+        pytest.skip(f"chapter {ch.number}'s figures are still to be styled (issue 21)")
+    code = [c.source for c in ch.notebook.cells if c.cell_type == "code"]
+    assert any("method_styles(" in src for src in code), "declare the methods' styles"
+    bad = [(i, line, colour) for i, src in enumerate(code)
+           for line, colour in _literal_colours(src) if not NEUTRAL.match(colour)]
+    assert not bad, f"literal colours (code cell, line, colour): {bad}"
+
+
 @pytest.mark.parametrize("ch", CHAPTERS, ids=IDS)
 def test_committed_notebook_is_clean_executed_and_small(ch):
     raw = ch.ipynb.read_bytes()
