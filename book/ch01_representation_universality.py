@@ -402,10 +402,8 @@ def train_nets(X, Y, act, residual, width, depth, gains, lrs, steps, track, gen,
     lrs: one learning rate per network, or None for min(lr_max, 0.5 / top NTK
     eigenvalue).
     center: shift each network's targets so that their mean equals its initial mean
-    output
-    (the mean error m_0 of Eq. 4 is then zero; target differences are unchanged); a
-    bool,
-    or one bool per network.
+    output (the mean error m_0 of Eq. 4 is then zero; target differences are unchanged);
+    a bool, or one bool per network.
     Returns the recorded hidden layer H (n, T, P, width), outputs (n, T, P, d_out),
     the times t = lr * step (n, T), the learning rates and the targets used (n, P,
     d_out).

@@ -510,9 +510,8 @@ def objective_history(x0_, lam, method, mu_, opt, lr_, steps, scalarizer=scalari
 
 
 def summarise(F_final, lam, g_star_):
-    """Worst case over starting points (F_final is (S, P, 2)) of: distinct solutions,
-    HV and
-    the max TCH gap over preferences."""
+    """Worst case over starting points (F_final is (S, P, 2)) of: distinct solutions, HV
+    and the max TCH gap over preferences."""
     return dict(distinct=min(count_distinct(F) for F in F_final),
                 hv=min(hypervolume_2d(F) for F in F_final),
                 max_gap=float(tch_gap(F_final, np.asarray(lam), g_star_).max()))
@@ -646,8 +645,7 @@ RULES = ("gd", "subgradient", "adam")
 
 def tuned_gaps(x0_, lam, g_star_, method, mu_, rule, steps, lrs=LR_GRID):
     """Worst final TCH gap (over starts and preferences) at each learning rate in lrs,
-    and
-    the final objectives, shape (lrs, starts, preferences, 2)."""
+    and the final objectives, shape (lrs, starts, preferences, 2)."""
     lr_t = torch.tensor(lrs, dtype=torch.float64).view(-1, 1, 1, 1)
     F = concave_objectives(
         solve(concave_objectives, lam, x0_, method, mu_, rule, lr_t, steps)[-1]
@@ -832,8 +830,8 @@ def stacked_linear(n_in, n_out, *lead, gen=None):
 
 class MultiTaskNets(nn.Module):
     """k independent networks, each a shared trunk with a narrow bottleneck and one
-    small
-    head per task, stacked along a leading axis so that they train in one batch."""
+    small head per task, stacked along a leading axis so that they train in one
+    batch."""
 
     def __init__(self, k, d_in, width=64, bottleneck=2, tasks=MTL_TASKS, gen=None):
         super().__init__()
@@ -902,8 +900,7 @@ def mgda_grads(net, losses):
 def train_mtl(method, X, Y, steps, seed_, lrs=(3e-3,), restarts=1, mu_=MTL_MU,
               scalarizer=scalarize):
     """Train len(lrs) x restarts networks with LS / TCH / STCH / MGDA on normalised
-    losses,
-    in one batch, with Adam (apply_rule) at each network's learning rate.
+    losses, in one batch, with Adam (apply_rule) at each network's learning rate.
 
     Returns the normalised losses per step (steps + 1, networks, tasks), with networks
     ordered lr-major, the seconds of each step and the backward passes per step."""

@@ -440,11 +440,10 @@ def estimate_impacts(
     """Eqs. 7-8 along one trajectory, for several critics side by side.
 
     A critic is (kind, p): ("decaying", nu): alpha = n(s,a)**-nu, alpha_J =
-    t**-GAIN_DECAY;
-    ("constant", lr): alpha = alpha_J = lr; ("myopic", nu), the ablation: Q^(s, a)
-    tracks the
-    immediate reward with step n(s,a)**-nu, no gain, no future. Returns, per critic,
-    (TIM^[j, i], SIM^[s, j, i], {t: (TIM^, SIM^)} at the snapshot steps)."""
+    t**-GAIN_DECAY; ("constant", lr): alpha = alpha_J = lr; ("myopic", nu), the
+    ablation: Q^(s, a) tracks the immediate reward with step n(s,a)**-nu, no gain, no
+    future. Returns, per critic, (TIM^[j, i], SIM^[s, j, i], {t: (TIM^, SIM^)} at the
+    snapshot steps)."""
     n, S, J = R.shape
     kind = np.repeat([k for k, _ in critics], n)  # one column per (critic, agent)
     p = np.repeat([float(v) for _, v in critics], n)
