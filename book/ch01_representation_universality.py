@@ -122,10 +122,11 @@ cfg = run.pick(
 # every code path at tiny sizes; the claims are calibrated at default
 if tier == "smoke":
     width, depth = min(width, 32), min(depth, 4)
-print(f"tier {tier}: two-point nets {width} wide, {depth} deep, {cfg.steps} SGD steps; "
-      f"XOR {cfg.xor_steps} steps; widget grid {len(cfg.widget_gains)} gains x 4 "
-      f"activations "
-      f"x {len(cfg.widget_sizes)} sizes")
+print(
+    f"tier {tier}: two-point nets {width} wide, {depth} deep, {cfg.steps} SGD steps; "
+    f"XOR {cfg.xor_steps} steps; widget grid {len(cfg.widget_gains)} gains x 4 "
+    f"activations x {len(cfg.widget_sizes)} sizes"
+)
 
 # %% [markdown]
 # ## The idea in math
@@ -638,9 +639,11 @@ def curve_endpoints(t, h, y, dy2):
     line = np.polyfit(y, h, 1)
     root = np.linalg.lstsq(np.stack([np.ones_like(y), np.sqrt(np.maximum(y, 0))], 1), h,
                            rcond=None)[0]
-    return {"logistic in "
-            "t": logistic_endpoint(t, h), "line in y": np.polyval(line, dy2),
-            "a + b sqrt(y)": root[0] + root[1] * np.sqrt(dy2)}
+    return {
+        "logistic in t": logistic_endpoint(t, h),
+        "line in y": np.polyval(line, dy2),
+        "a + b sqrt(y)": root[0] + root[1] * np.sqrt(dy2),
+    }
 
 
 # %%
@@ -661,17 +664,22 @@ for name, rec in two_point.items():
                               curve_endpoints(t[:k], h[:k], y[:k], dy2).items()})
     rows[name] = row
 
-print(f"{'network':<15} {'eta_h':>7} {'eta_y':>7} {'R^2':>6} {'C drift':>7} | "
-      f"{'h_0':>6} "
-      f"{'h_T':>6} {'Eq.6':>6} {'error':>6} {'window':>6} | {'lazy err':>8} "
-      f"{'rich err':>8}")
+print(
+    f"{'network':<15} {'eta_h':>7} {'eta_y':>7} {'R^2':>6} {'C drift':>7} | {'h_0':>6} "
+    f"{'h_T':>6} {'Eq.6':>6} {'error':>6} {'window':>6} | {'lazy err':>8} "
+    f"{'rich err':>8}"
+)
 for name, r in rows.items():
-    tail = (f"{r['pred']:>6.3f} {r['err']:>6.3f} {r['window']:>6.2f} | "
-            f"{r['lazy_err']:>8.3f} "
-            f"{r['rich_err']:>8.3f}" if "pred" in r else "")
-    print(f"{name:<15} {r['eta_h']:>7.3f} {r['eta_y']:>7.3f} {r['r2']:>6.3f} "
-          f"{r['drift']:>7.4f} | "
-          f"{r['h0']:>6.3f} {r['hT']:>6.3f} {tail}")
+    tail = (
+        f"{r['pred']:>6.3f} {r['err']:>6.3f} {r['window']:>6.2f} | "
+        f"{r['lazy_err']:>8.3f} {r['rich_err']:>8.3f}"
+        if "pred" in r
+        else ""
+    )
+    print(
+        f"{name:<15} {r['eta_h']:>7.3f} {r['eta_y']:>7.3f} {r['r2']:>6.3f} "
+        f"{r['drift']:>7.4f} | {r['h0']:>6.3f} {r['hT']:>6.3f} {tail}"
+    )
 archs = list(cfg.archs)
 mean_err = {"Eq. 6": np.mean([rows[a]["err"] for a in archs]),
             "lazy limit": np.mean([rows[a]["lazy_err"] for a in archs]),
@@ -835,13 +843,13 @@ for g, regime in enumerate(("rich", "lazy")):
     )
     xor[regime]["corr_theory"] = offdiag_corr(DT, xor[regime]["theory"])
 for regime, r in xor.items():
-    print(f"{regime}: lr {r['lr']:.2g}, final loss {r['loss']:.1e}, same/diff distance "
-          f"ratio "
-          f"{r['same_diff'][0]:.3f} -> {r['same_diff'][1]:.3f}, corr(final, sqrt(Dx "
-          f"Dy)) "
-          f"{r['corr_target']:.3f}, corr(final, initial) {r['corr_init']:.3f}, "
-          f"relative change "
-          f"{r['change']:.3f}, corr(final, Eq. 6) {r['corr_theory']:.3f}")
+    print(
+        f"{regime}: lr {r['lr']:.2g}, final loss {r['loss']:.1e}, same/diff distance "
+        f"ratio {r['same_diff'][0]:.3f} -> {r['same_diff'][1]:.3f}, corr(final, "
+        f"sqrt(Dx Dy)) {r['corr_target']:.3f}, corr(final, initial) "
+        f"{r['corr_init']:.3f}, relative change {r['change']:.3f}, corr(final, Eq. 6) "
+        f"{r['corr_theory']:.3f}"
+    )
 
 # %% tags=["hide-input"]
 def draw_matrices(axes, mats, titles):
@@ -934,42 +942,60 @@ C_LAZY_MOVE = 0.2  # ||H_T - H_0|| / ||H_0|| at gain 2.0; measured 0.07 on seed 
 
 # %%
 curve_best = min((f for f in rows[archs[0]]["curve_err"]), key=lambda f: mean_err[f])
-run.claim("R^2 margin over the wrong decoder term (min)",
-          min(rows[a]["r2"] - perturbed_r2[a]["w for 3w in "
-                                              "dw/dt"] for a in archs), ">=",
-          C_SPECIFIC, "a wrong decoder term in Eq. 3 cannot be fitted away by the two "
-                      "rates",
-          versus="ablation", against="Eq. 3 with 3w replaced by w in dw/dt, rates "
-                                     "refitted")
-run.claim("endpoint error / better limit's (mean)",
-          mean_err["Eq. 6"] / min(mean_err["lazy limit"], mean_err["rich limit"]), "<=",
-          C_VS_LIMITS, "the conserved quantity's endpoint beats both limits of the "
-                       "theory",
-          versus="baseline", against="the better of the lazy limit h_0 and the rich "
-                                     "limit "
-          "sqrt(r dx dy), the simpler predictions of the final distance")
+run.claim(
+    "R^2 margin over the wrong decoder term (min)",
+    min(rows[a]["r2"] - perturbed_r2[a]["w for 3w in dw/dt"] for a in archs),
+    ">=",
+    C_SPECIFIC,
+    "a wrong decoder term in Eq. 3 cannot be fitted away by the two rates",
+    versus="ablation",
+    against="Eq. 3 with 3w replaced by w in dw/dt, rates refitted",
+)
+run.claim(
+    "endpoint error / better limit's (mean)",
+    mean_err["Eq. 6"] / min(mean_err["lazy limit"], mean_err["rich limit"]),
+    "<=",
+    C_VS_LIMITS,
+    "the conserved quantity's endpoint beats both limits of the theory",
+    versus="baseline",
+    against="the better of the lazy limit h_0 and the rich limit sqrt(r dx dy), the "
+            "simpler predictions of the final distance",
+)
 vs_curve = mean_err["Eq. 6"] / mean_err[curve_best]
 run.metric("endpoint_error_vs_best_curve", vs_curve)
-print(f"reported, not claimed: mean endpoint error of Eq. 6 / best generic curve's "
-      f"({curve_best}) = {vs_curve:.3f}")
+print(
+    f"reported, not claimed: mean endpoint error of Eq. 6 / best generic curve's "
+    f"({curve_best}) = {vs_curve:.3f}"
+)
 run.claim("rich: same/diff distance ratio", xor["rich"]["same_diff"][1], "<=", C_RICH,
           "at small initial gain, same-label representations align", versus="ablation",
           against="the same network at gain 2.0 (next claim)")
 run.claim("lazy: corr(final D_h, initial D_h)", xor["lazy"]["corr_init"], ">=", C_LAZY,
           "at large initial gain, representations keep their initial geometry",
           versus="ablation", against="the same network at gain 0.5 (previous claim)")
-run.check("min R^2 of Eq. 3 over networks and "
-          "variables", min(rows[a]["r2"] for a in archs),
-          ">=", C_R2, "one ODE with two fitted rates describes (h, y, w) of every "
-                      "network")
+run.check(
+    "min R^2 of Eq. 3 over networks and variables",
+    min(rows[a]["r2"] for a in archs),
+    ">=",
+    C_R2,
+    "one ODE with two fitted rates describes (h, y, w) of every network",
+)
 run.check("max early-fit endpoint error", max(rows[a]["err"] for a in archs), "<=",
           C_ENDPOINT, "Eq. 6 from the early window is close on every network")
-run.check("max conserved-quantity drift", max(rows[a]["drift"] for a in archs), "<=",
-          C_DRIFT, "C of Eq. 5, with the fitted rates, is nearly constant on every "
-                   "network")
-run.check("lazy: relative representation "
-          "change", xor["lazy"]["change"], "<=", C_LAZY_MOVE,
-          "the gain-2.0 network is in the lazy regime: its representation barely moves")
+run.check(
+    "max conserved-quantity drift",
+    max(rows[a]["drift"] for a in archs),
+    "<=",
+    C_DRIFT,
+    "C of Eq. 5, with the fitted rates, is nearly constant on every network",
+)
+run.check(
+    "lazy: relative representation change",
+    xor["lazy"]["change"],
+    "<=",
+    C_LAZY_MOVE,
+    "the gain-2.0 network is in the lazy regime: its representation barely moves",
+)
 run.metric("r2", {a: round(rows[a]["r2"], 5) for a in rows})
 run.metric("endpoint_error", {a: round(rows[a]["err"], 5) for a in archs})
 run.metric("mean_endpoint_error", {m: round(float(e), 5) for m, e in mean_err.items()})
@@ -1026,9 +1052,10 @@ across = icmlbook.across_seeds(run)
 # %%
 t, (h, y, w) = two_point["leaky_relu"]["t"], two_point["leaky_relu"]["hyw"]
 w_wrong = 2 * y - w  # = y + dy* . dyhat, the flipped sign convention
-print(f"leaky ReLU, right sign convention: R^2 "
-      f"{fit_rates(t, h, y, w, 1.0, dy2)[2]:.3f}; "
-      f"flipped: R^2 {fit_rates(t, h, y, w_wrong, 1.0, dy2)[2]:.3f}")
+print(
+    f"leaky ReLU, right sign convention: R^2 {fit_rates(t, h, y, w, 1.0, dy2)[2]:.3f}; "
+    f"flipped: R^2 {fit_rates(t, h, y, w_wrong, 1.0, dy2)[2]:.3f}"
+)
 
 # %% [markdown]
 # ## Explore
@@ -1061,8 +1088,9 @@ for si, (w_depth, w_width) in enumerate(cfg.widget_sizes):
     G = len(cfg.widget_gains)
     X = torch.tensor(np.stack([np.concatenate([PAIR_X] * 2)] * G + [XOR_X] * G))
     Y = torch.tensor(np.stack([np.concatenate([pair_y] * 2)] * G + [xor_y] * G))
-    for ai, act in enumerate(icmlbook.progress(WIDGET_ACTS, desc=f"widget grid "
-                                                                 f"{si + 1}")):
+    for ai, act in enumerate(
+        icmlbook.progress(WIDGET_ACTS, desc=f"widget grid {si + 1}")
+    ):
         gen = torch.Generator().manual_seed(10_000 * seed + 100 * si + ai)
         H, out, t, _, ystar = train_nets(
             X,

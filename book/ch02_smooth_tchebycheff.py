@@ -263,8 +263,10 @@ for m_check in (0.001, 0.1, 10.0):
         (s - t_max - m_check * math.log(3)).max().item(),
     )
     sandwich_err = max(sandwich_err, below, above, 0.0)
-    print(f"mu = {m_check:<6g}: max <= STCH holds: {below <= 1e-12}, "
-          f"STCH - max <= mu log 3 holds: {above <= 1e-12}")
+    print(
+        f"mu = {m_check:<6g}: max <= STCH holds: {below <= 1e-12}, STCH - max <= mu "
+        f"log 3 holds: {above <= 1e-12}"
+    )
 
 x_check = torch.randn(4, generator=check_gen, dtype=torch.float64, requires_grad=True)
 lam_check = torch.tensor([0.2, 0.5, 0.3], dtype=torch.float64)
@@ -524,11 +526,14 @@ f_star = concave_front(np.array([t for t, _ in tch_star]))  # (P, 2) exact TCH p
 setting = dict(opt=optimizer, lr_=lr, steps=cfg.steps)  # shared by every method
 
 t0 = time.perf_counter()
-F_hist = {name: objective_history(x0, preferences, method, mu, **setting)
-          for name, method in [("LS", "LS"), ("TCH", "TCH"), (f"STCH "
-                                                              f"mu={mu:g}", "STCH")]}
-print(f"3 methods x {cfg.n_starts * N_PREFS} problems x {cfg.steps} steps in "
-      f"{time.perf_counter() - t0:.1f} s")
+F_hist = {
+    name: objective_history(x0, preferences, method, mu, **setting)
+    for name, method in [("LS", "LS"), ("TCH", "TCH"), (f"STCH mu={mu:g}", "STCH")]
+}
+print(
+    f"3 methods x {cfg.n_starts * N_PREFS} problems x {cfg.steps} steps in "
+    f"{time.perf_counter() - t0:.1f} s"
+)
 
 results = {name: summarise(F[-1], preferences, g_star) for name, F in F_hist.items()}
 print(f"{'method':<14} {'distinct of 11':>14} {'HV':>7} {'max TCH gap':>12}")
@@ -618,9 +623,10 @@ axes[1].set(xlabel="step", ylabel="weight on $f_1$", ylim=(-0.05, 1.05),
 axes[1].legend(loc="center right", frameon=True, framealpha=0.9)
 plt.show()
 switches = int(np.abs(np.diff(pi_tch[len(pi_tch) // 2:])).sum())
-print(f"TCH switched its active objective {switches} times in the last half of the "
-      f"run; "
-      f"STCH's pi_1 ended at {pi_stch[-1]:.3f}")
+print(
+    f"TCH switched its active objective {switches} times in the last half of the run; "
+    f"STCH's pi_1 ended at {pi_stch[-1]:.3f}"
+)
 
 # %% [markdown]
 # Once near the solution, the constant-step TCH ping-pongs: each step follows whichever
@@ -661,20 +667,25 @@ tuned_runs = {
     for rule in RULES
 }
 tuned = {k: gaps for k, (gaps, _) in tuned_runs.items()}
-print(f"worst final TCH gap after {cfg.steps} steps, best learning rate of "
-      f"{len(lr_grid)}")
+print(
+    f"worst final TCH gap after {cfg.steps} steps, best learning rate of {len(lr_grid)}"
+)
 print(f"{'rule':<12} {'TCH':>8} {'(lr)':>7} {f'STCH mu={mu:g}':>13} {'(lr)':>7}")
 for rule in RULES:
     t_, s_ = tuned[("TCH", rule)], tuned[("STCH", rule)]
-    print(f"{rule:<12} {t_.min():>8.4f} {lr_grid[t_.argmin()]:>7.3g} {s_.min():>13.4f} "
-          f"{lr_grid[s_.argmin()]:>7.3g}")
+    print(
+        f"{rule:<12} {t_.min():>8.4f} {lr_grid[t_.argmin()]:>7.3g} {s_.min():>13.4f} "
+        f"{lr_grid[s_.argmin()]:>7.3g}"
+    )
 best_tch = min(tuned[("TCH", r)].min() for r in RULES)
 best_stch = min(tuned[("STCH", r)].min() for r in RULES)
 sub_best = tuned[("TCH", "subgradient")].min()
 sub_F = tuned_runs[("TCH", "subgradient")][1][tuned[("TCH", "subgradient")].argmin()]
 hv_sub = min(hypervolume_2d(F) for F in sub_F)  # worst start, as in summarise()
-print(f"best TCH (any rule) {best_tch:.4f}; best STCH {best_stch:.4f}; "
-      f"classic subgradient / best STCH: {sub_best / best_stch:.2f}")
+print(
+    f"best TCH (any rule) {best_tch:.4f}; best STCH {best_stch:.4f}; classic "
+    f"subgradient / best STCH: {sub_best / best_stch:.2f}"
+)
 
 # %% tags=["hide-input"]
 fig, ax = plt.subplots(figsize=(5, 3))
@@ -724,8 +735,10 @@ for m_ in icmlbook.progress(sweep_mus, desc="mu sweep"):
                      curve=tch_gap(F, preferences.numpy(), g_star).max(axis=(1, 2)))
 print(f"{'mu':>6} {'distinct':>8} {'HV':>7} {'max gap':>8} {'mu log 2':>9}")
 for m_, r in sweep.items():
-    print(f"{m_:>6g} {r['distinct']:>8d} {r['hv']:>7.4f} {r['max_gap']:>8.4f} "
-          f"{m_ * math.log(2):>9.4f}")
+    print(
+        f"{m_:>6g} {r['distinct']:>8d} {r['hv']:>7.4f} {r['max_gap']:>8.4f} "
+        f"{m_ * math.log(2):>9.4f}"
+    )
 
 # %% [markdown]
 # Where does the STCH minimiser sit on the front as $\mu$ grows? STCH is a strictly
@@ -751,12 +764,16 @@ mu_grid = np.logspace(-3, 0.5, 71)
 argmins = {lam: stch_argmin_on_front(concave_front, lam, mu_grid, t_grid)
            for lam in [(0.5, 0.5), (0.3, 0.7)]}
 mu_jump = float(mu_grid[np.argmax(np.abs(argmins[(0.5, 0.5)]) > 0.05)])
-print(f"lambda = (0.5, 0.5): minimiser at t = 0 for every mu below {mu_jump:.3g}; "
-      f"at mu = 1 it is t = {argmins[(0.5, 0.5)][np.searchsorted(mu_grid, 1.0)]:+.2f}")
-print(f"lambda = (0.3, 0.7): exact TCH t* = "
-      f"{tch_optimum(concave_front, (0.3, 0.7))[0]:+.3f}; "
-      f"STCH minimiser at mu = 0.001: {argmins[(0.3, 0.7)][0]:+.3f}, "
-      f"mu = 0.2: {argmins[(0.3, 0.7)][np.searchsorted(mu_grid, 0.2)]:+.3f}")
+print(
+    f"lambda = (0.5, 0.5): minimiser at t = 0 for every mu below {mu_jump:.3g}; at mu "
+    f"= 1 it is t = {argmins[(0.5, 0.5)][np.searchsorted(mu_grid, 1.0)]:+.2f}"
+)
+print(
+    f"lambda = (0.3, 0.7): exact TCH t* = "
+    f"{tch_optimum(concave_front, (0.3, 0.7))[0]:+.3f}; STCH minimiser at mu = 0.001: "
+    f"{argmins[(0.3, 0.7)][0]:+.3f}, mu = 0.2: "
+    f"{argmins[(0.3, 0.7)][np.searchsorted(mu_grid, 0.2)]:+.3f}"
+)
 
 fig, axes = plt.subplots(1, 2, figsize=(8, 2.8))
 for i, m_ in enumerate(sweep_mus):
@@ -971,16 +988,20 @@ step_ms = {
     k: 1e3 * float(np.median(v[1][5:] if len(v[1]) > 10 else v[1]))
     for k, v in mtl.items()
 }
-print(f"{'method':<6} {'backward/step':>13} {'ms/step':>8} {'worst task':>11} {'HV':>7}"
-      f"   (mean of {cfg.mtl_restarts} restarts, best of {len(MTL_LRS)} learning "
-      f"rates)")
+print(
+    f"{'method':<6} {'backward/step':>13} {'ms/step':>8} {'worst task':>11} {'HV':>7}  "
+    f" (mean of {cfg.mtl_restarts} restarts, best of {len(MTL_LRS)} learning rates)"
+)
 for k, (hist, _, passes) in mtl.items():
-    print(f"{k:<6} {passes:>13d} {step_ms[k]:>8.2f} {mtl_worst[k]:>11.3f} "
-          f"{mtl_hv[k]:>7.3f}")
+    print(
+        f"{k:<6} {passes:>13d} {step_ms[k]:>8.2f} {mtl_worst[k]:>11.3f} "
+        f"{mtl_hv[k]:>7.3f}"
+    )
 step_ratio = step_ms["MGDA"] / step_ms["STCH"]
-print(f"measured step-time ratio MGDA / STCH: {step_ratio:.2f} ({len(MTL_LRS) * R} "
-      f"networks of "
-      f"3 tasks per step; machine load matters)")
+print(
+    f"measured step-time ratio MGDA / STCH: {step_ratio:.2f} ({len(MTL_LRS) * R} "
+    f"networks of 3 tasks per step; machine load matters)"
+)
 
 # %% tags=["hide-input"]
 fig, axes = plt.subplots(1, 2, figsize=(8, 2.8))
@@ -991,9 +1012,12 @@ axes[0].legend()
 xs = np.arange(MTL_TASKS)
 for i, (k, (hist, _, _)) in enumerate(mtl.items()):
     axes[1].bar(xs + (i - 1.5) * 0.2, hist[-1], width=0.2, color=COLOURS[k], label=k)
-axes[1].set(xticks=xs, xticklabels=[f"task {i + 1}" for i in xs],
-            ylabel="final normalised "
-                   "loss", title=f"after {cfg.mtl_steps} steps, lr {MTL_LRS[0]:g}")
+axes[1].set(
+    xticks=xs,
+    xticklabels=[f"task {i + 1}" for i in xs],
+    ylabel="final normalised loss",
+    title=f"after {cfg.mtl_steps} steps, lr {MTL_LRS[0]:g}",
+)
 plt.show()
 
 # %% [markdown]
@@ -1034,13 +1058,19 @@ fig, ax = plt.subplots(figsize=(4.2, 2.6))
 for i, (method, rows) in enumerate(cost.items()):
     ax.plot(TASK_COUNTS, [ms for ms, _ in rows], "o-", color=COLOURS[method],
             label=f"{method} ({', '.join(str(p) for _, p in rows)} backward passes)")
-ax.set(xlabel="number of tasks "
-              "$m$", ylabel="ms per step", xticks=TASK_COUNTS, ylim=(0, None))
+ax.set(
+    xlabel="number of tasks $m$",
+    ylabel="ms per step",
+    xticks=TASK_COUNTS,
+    ylim=(0, None),
+)
 ax.legend()
 plt.show()
 for k, (a, b) in zip(TASK_COUNTS, zip(cost["STCH"], cost["MGDA"])):
-    print(f"m = {k}: STCH {a[0]:.2f} ms, MGDA {b[0]:.2f} ms per step, ratio "
-          f"{b[0] / a[0]:.2f}")
+    print(
+        f"m = {k}: STCH {a[0]:.2f} ms, MGDA {b[0]:.2f} ms per step, ratio "
+        f"{b[0] / a[0]:.2f}"
+    )
 run.metric(
     "ms_per_step_vs_tasks",
     {
@@ -1086,54 +1116,96 @@ C_ONE_PASS = 1  # backward passes per STCH step with 8 tasks (fixed by Eq. 4)
 
 # %%
 ls_r, stch_r, tch_r = results["LS"], results[f"STCH mu={mu:g}"], results["TCH"]
-run.claim("STCH distinct solutions (of 11)", stch_r["distinct"], ">=", C_DISTINCT,
-          "STCH finds a distinct Pareto solution for (almost) every preference, the "
-          "concave "
-          "middle of the front included", versus="baseline",
-          against="LS with the same update rule, learning rate and steps")
-run.claim("HV ratio STCH / LS", stch_r["hv"] / ls_r["hv"], ">=", C_HV_VS_LS,
-          "STCH's solutions cover far more of the concave front than LS's",
-          versus="baseline", against="LS with the same update rule, learning rate and "
-                                     "steps")
-run.claim("HV ratio STCH / tuned subgradient "
-          "TCH", stch_r["hv"] / hv_sub, ">=", C_HV_VS_SUB,
-          "STCH covers the front as well as TCH solved by the classic subgradient "
-          "method "
-          "with its best step size", versus="baseline",
-          against="TCH, classic subgradient method, step size tuned over LR_GRID")
-run.claim("same constant step: worst gap STCH / "
-          "TCH", stch_r["max_gap"] / tch_r["max_gap"], "<=",
-          C_SMOOTH, "at the same constant-step optimizer (Adam), learning rate and "
-                    "steps, the "
-          "smooth surrogate gets much closer to the TCH optimum than TCH itself",
-          versus="ablation", against="TCH: the same Adam, learning rate and steps, no "
-                                     "smoothing")
-run.claim("MTL hypervolume STCH / "
-          "MGDA", mtl_hv["STCH"] / mtl_hv["MGDA"], ">=", C_MTL_HV,
-          "on a shared network STCH's final losses dominate at least about as much as "
-          "MGDA's, "
-          "at one backward pass per step instead of m", versus="baseline",
-          against="MGDA, best of MTL_LRS, mean of the restarts")
-run.claim("MTL worst task STCH / "
-          "MGDA", mtl_worst["STCH"] / mtl_worst["MGDA"], "<=", C_MTL_WORST,
-          "STCH's worst task ends clearly below MGDA's", versus="baseline",
-          against="MGDA, best of MTL_LRS, mean of the restarts")
+run.claim(
+    "STCH distinct solutions (of 11)",
+    stch_r["distinct"],
+    ">=",
+    C_DISTINCT,
+    "STCH finds a distinct Pareto solution for (almost) every preference, the concave "
+    "middle of the front included",
+    versus="baseline",
+    against="LS with the same update rule, learning rate and steps",
+)
+run.claim(
+    "HV ratio STCH / LS",
+    stch_r["hv"] / ls_r["hv"],
+    ">=",
+    C_HV_VS_LS,
+    "STCH's solutions cover far more of the concave front than LS's",
+    versus="baseline",
+    against="LS with the same update rule, learning rate and steps",
+)
+run.claim(
+    "HV ratio STCH / tuned subgradient TCH",
+    stch_r["hv"] / hv_sub,
+    ">=",
+    C_HV_VS_SUB,
+    "STCH covers the front as well as TCH solved by the classic subgradient method "
+    "with its best step size",
+    versus="baseline",
+    against="TCH, classic subgradient method, step size tuned over LR_GRID",
+)
+run.claim(
+    "same constant step: worst gap STCH / TCH",
+    stch_r["max_gap"] / tch_r["max_gap"],
+    "<=",
+    C_SMOOTH,
+    "at the same constant-step optimizer (Adam), learning rate and steps, the smooth "
+    "surrogate gets much closer to the TCH optimum than TCH itself",
+    versus="ablation",
+    against="TCH: the same Adam, learning rate and steps, no smoothing",
+)
+run.claim(
+    "MTL hypervolume STCH / MGDA",
+    mtl_hv["STCH"] / mtl_hv["MGDA"],
+    ">=",
+    C_MTL_HV,
+    "on a shared network STCH's final losses dominate at least about as much as "
+    "MGDA's, at one backward pass per step instead of m",
+    versus="baseline",
+    against="MGDA, best of MTL_LRS, mean of the restarts",
+)
+run.claim(
+    "MTL worst task STCH / MGDA",
+    mtl_worst["STCH"] / mtl_worst["MGDA"],
+    "<=",
+    C_MTL_WORST,
+    "STCH's worst task ends clearly below MGDA's",
+    versus="baseline",
+    against="MGDA, best of MTL_LRS, mean of the restarts",
+)
 
 excess = max(sweep[m_]["max_gap"] - m_ * math.log(2) for m_ in BOUND_MUS)
-run.check("LS distinct solutions (of 11)", ls_r["distinct"], "<=", C_LS_DISTINCT,
-          "on a concave front LS's minimisers are the endpoints, whatever the "
-          "preference")
-run.check("max(TCH gap - mu log 2), mu in {0.01, 0.05, "
-          "0.2}", excess, "<=", C_BOUND_SLACK,
-          "STCH's solution is within mu log m of the exact TCH optimum (Eq. 6)")
+run.check(
+    "LS distinct solutions (of 11)",
+    ls_r["distinct"],
+    "<=",
+    C_LS_DISTINCT,
+    "on a concave front LS's minimisers are the endpoints, whatever the preference",
+)
+run.check(
+    "max(TCH gap - mu log 2), mu in {0.01, 0.05, 0.2}",
+    excess,
+    "<=",
+    C_BOUND_SLACK,
+    "STCH's solution is within mu log m of the exact TCH optimum (Eq. 6)",
+)
 run.check("log-sum-exp sandwich (Eq. 5): violation", sandwich_err, "<=", C_ROUNDING,
           "max <= STCH <= max + mu log m on 1000 random vectors")
-run.check("autograd vs Eq. 4: max abs difference", grad_err, "<=", C_ROUNDING,
-          "the gradient of Eq. 3 is the softmax-weighted sum of the objectives' "
-          "gradients")
-run.check("backward passes per STCH step, 8 "
-          "tasks", cost["STCH"][-1][1], "<=", C_ONE_PASS,
-          "STCH needs one backward pass whatever the number of tasks")
+run.check(
+    "autograd vs Eq. 4: max abs difference",
+    grad_err,
+    "<=",
+    C_ROUNDING,
+    "the gradient of Eq. 3 is the softmax-weighted sum of the objectives' gradients",
+)
+run.check(
+    "backward passes per STCH step, 8 tasks",
+    cost["STCH"][-1][1],
+    "<=",
+    C_ONE_PASS,
+    "STCH needs one backward pass whatever the number of tasks",
+)
 run.metric("classic_subgradient_gap_over_stch", round(float(sub_best / best_stch), 4))
 run.metric("tuned_worst_gap", {f"{m_} {rule}": round(float(g.min()), 5)
                                for (m_, rule), g in tuned.items()})
@@ -1171,8 +1243,10 @@ across = icmlbook.across_seeds(run)
 # got closer to the TCH optimum.
 
 # %%
-print(f"classic subgradient method, tuned: worst gap {sub_best:.5f}; "
-      f"STCH, best rule and step: {best_stch:.5f}; ratio {sub_best / best_stch:.2f}")
+print(
+    f"classic subgradient method, tuned: worst gap {sub_best:.5f}; STCH, best rule and "
+    f"step: {best_stch:.5f}; ratio {sub_best / best_stch:.2f}"
+)
 
 # %% [markdown]
 # ## What a broken STCH does
@@ -1209,10 +1283,11 @@ broken = summarise(
     preferences,
     g_star,
 )
-print(f"STCH without 1/mu: {broken['distinct']} distinct solutions, HV "
-      f"{broken['hv']:.3f} "
-      f"(LS: {ls_r['hv']:.3f}), max TCH gap {broken['max_gap']:.3f} "
-      f"vs. mu log 2 = {mu * math.log(2):.4f}")
+print(
+    f"STCH without 1/mu: {broken['distinct']} distinct solutions, HV "
+    f"{broken['hv']:.3f} (LS: {ls_r['hv']:.3f}), max TCH gap {broken['max_gap']:.3f} "
+    f"vs. mu log 2 = {mu * math.log(2):.4f}"
+)
 
 # %% [markdown]
 # ## Explore
@@ -1255,10 +1330,16 @@ def update(w, mu_w, method, opt_name, lr_w, steps, problem):
     # fixed layout: faster
     fig, axes = plt.subplots(1, 3, figsize=(9, 3.0), layout="none")
     fig.subplots_adjust(left=0.06, right=0.98, bottom=0.16, top=0.9, wspace=0.3)
-    draw_front(axes[0], front_pts, F[-1:], lam_np[None], f"{method} on the {problem} "
-                                                         f"front",
-               front(np.array([t_star]))[None, 0], label="final "
-                                                         "point", color=COLOURS[method])
+    draw_front(
+        axes[0],
+        front_pts,
+        F[-1:],
+        lam_np[None],
+        f"{method} on the {problem} front",
+        front(np.array([t_star]))[None, 0],
+        label="final point",
+        color=COLOURS[method],
+    )
     axes[0].plot(F[:, 0], F[:, 1], color=COLOURS[method], lw=0.8, zorder=2)
     axes[0].scatter(F[0, 0], F[0, 1], color="0.5", s=14, zorder=3)
     if method == "STCH":  # where the exact STCH minimiser for this mu sits on the front

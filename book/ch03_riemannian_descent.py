@@ -723,9 +723,10 @@ show_runs = {
 print(f"log-cosh, D = 2, R = {show['R']:.2f}: L = {show['L']:g}, zeta_R = "
       f"{show['zeta_R']:.2f}")
 for name, runs_ in show_runs.items():
-    print(f"{name:<10} steps {[iterations(xs, show) for xs in runs_]}, worst ball "
-          f"ratio "
-          f"{max(ball_ratio(xs, show) for xs in runs_):.6f}")
+    print(
+        f"{name:<10} steps {[iterations(xs, show) for xs in runs_]}, worst ball ratio "
+        f"{max(ball_ratio(xs, show) for xs in runs_):.6f}"
+    )
 
 # %% tags=["hide-input"]
 fig, axes = plt.subplots(1, 4, figsize=(12, 3.2), width_ratios=(1, 1, 1, 1.25))
@@ -739,9 +740,11 @@ for ax, (name, runs_) in zip(axes, show_runs.items()):
         ax.plot(*normal_coords(Hyperbolic, show_star, xs).T, "o-", ms=2, lw=0.8,
                 color=COLOURS[name], zorder=3)
     ax.scatter([0], [0], marker="*", s=90, color="k", zorder=4, label="$x^*$")
-    ax.set(title=name if name != "iRPPA" else f"iRPPA, $\\lambda$ = "
-                                              f"{lam:g}", aspect="equal",
-           xlabel="normal coordinate 1 at $x^*$")
+    ax.set(
+        title=name if name != "iRPPA" else f"iRPPA, $\\lambda$ = {lam:g}",
+        aspect="equal",
+        xlabel="normal coordinate 1 at $x^*$",
+    )
 axes[0].set_ylabel("normal coordinate 2")
 axes[0].legend(loc="lower left", fontsize=6)
 for name, runs_ in show_runs.items():
@@ -887,24 +890,33 @@ def tabulate(rows):
 
 
 table = {name: tabulate(rows) for name, rows in h_rows.items()}
-print(f"means over {cfg.trials} problem(s) per radius, to 0 <= f - f* <= {TARGET:g}; "
-      "outer: iRPPA/exact steps; inner: iRPPA/exact/best fixed budget gradient "
-      "evaluations")
+print(
+    f"means over {cfg.trials} problem(s) per radius, to 0 <= f - f* <= {TARGET:g}; "
+    "outer: iRPPA/exact steps; inner: iRPPA/exact/best fixed budget gradient "
+    "evaluations"
+)
 for name, t in table.items():
-    print(f"\nH2, {name}\n{'D':>4} {'L':>5} | {'RGD 1/L':>7} {'1/(zL)':>6} "
-          f"{'tuned':>5} "
-          f"{'c':>4} | " + " | ".join(f"lambda = {l:<3g} outer, inner "
-                                      f"(K)" for l in LAMBDAS))
+    print(
+        f"\nH2, {name}\n{'D':>4} {'L':>5} | {'RGD 1/L':>7} {'1/(zL)':>6} {'tuned':>5} "
+        f"{'c':>4} | "
+        + " | ".join(f"lambda = {l:<3g} outer, inner (K)" for l in LAMBDAS)
+    )
     for i, D in enumerate(cfg.radii):
-        cells = [f"{t[f'outer_{l:g}'][i]:4.1f}/{t[f'exact_outer_{l:g}'][i]:4.1f}, "
-                 f"{t[f'inner_{l:g}'][i]:4.0f}/{t[f'exact_inner_{l:g}'][i]:4.0f}/"
-                 f"{t[f'fixed_{l:g}'][i]:3.0f} "
-                 f"({t[f'fixed_K_{l:g}'][i]:.1f})" for l in LAMBDAS]
-        print(f"{D:>4g} {t['L'][i]:>5.2f} | {t['rgd'][i]:>7.1f} "
-              f"{t['rgd_safe'][i]:>6.1f} "
-              f"{t['tuned'][i]:>5.1f} {t['tuned_c'][i]:>4.1f} | " + " | ".join(cells))
-print("\nflat R2 control, Karcher: tuned "
-      "RGD", by_radius(flat_rows, "tuned").round(1).tolist())
+        cells = [
+            f"{t[f'outer_{l:g}'][i]:4.1f}/{t[f'exact_outer_{l:g}'][i]:4.1f}, "
+            f"{t[f'inner_{l:g}'][i]:4.0f}/{t[f'exact_inner_{l:g}'][i]:4.0f}/"
+            f"{t[f'fixed_{l:g}'][i]:3.0f} ({t[f'fixed_K_{l:g}'][i]:.1f})"
+            for l in LAMBDAS
+        ]
+        print(
+            f"{D:>4g} {t['L'][i]:>5.2f} | {t['rgd'][i]:>7.1f} {t['rgd_safe'][i]:>6.1f} "
+            f"{t['tuned'][i]:>5.1f} {t['tuned_c'][i]:>4.1f} | "
+            + " | ".join(cells)
+        )
+print(
+    "\nflat R2 control, Karcher: tuned RGD",
+    by_radius(flat_rows, "tuned").round(1).tolist(),
+)
 
 # %% tags=["hide-input"]
 # the figure shows one lambda; the table above has all three
@@ -922,13 +934,18 @@ for ax, (name, t) in zip(axes[:2], table.items()):
             label="fixed budget, tuned")
     ax.set(yscale="log", xlabel="data radius D", ylabel="gradient evaluations",
            title=f"H2, {name}: total work")
-axes[0].plot(cfg.radii, by_radius(flat_rows, "tuned"), "kx", label="RGD tuned, flat "
-                                                                   "$R^2$")
+axes[0].plot(
+    cfg.radii, by_radius(flat_rows, "tuned"), "kx", label="RGD tuned, flat $R^2$"
+)
 axes[0].legend(fontsize=6, loc="upper left")
 for ax, (name, t) in zip(axes[2:], table.items()):
-    ax.plot(cfg.radii, t["tuned"], "s-", color=COLOURS["RGD "
-                                                       "tuned"], label="RGD tuned: "
-                                                                       "steps")
+    ax.plot(
+        cfg.radii,
+        t["tuned"],
+        "s-",
+        color=COLOURS["RGD tuned"],
+        label="RGD tuned: steps",
+    )
     ax.plot(
         cfg.radii,
         t[f"outer_{fig_lam}"],
@@ -949,20 +966,25 @@ vs_tuned = {name: t[f"inner_{fig_lam}"] / t["tuned"] for name, t in table.items(
 k_one = np.mean([r[f"fixed_K_{l:g}"] == 1 for rows in h_rows.values() for r in rows
                  for l in LAMBDAS])
 for name, ratio in vs_tuned.items():
-    print(f"{name}: iRPPA (lambda = {fig_lam}) spends "
-          f"{ratio.min():.1f}-{ratio.max():.1f} times "
-          f"the gradient evaluations of tuned RGD")
-print(f"the best fixed inner budget is a single step in {100 * k_one:.0f}% of "
-      f"(problem, lambda)")
+    print(
+        f"{name}: iRPPA (lambda = {fig_lam}) spends "
+        f"{ratio.min():.1f}-{ratio.max():.1f} times the gradient evaluations of tuned "
+        f"RGD"
+    )
+print(
+    f"the best fixed inner budget is a single step in {100 * k_one:.0f}% of (problem, "
+    f"lambda)"
+)
 rppa_work_cols = [
     f"{p}_{l:g}" for l in LAMBDAS for p in ("inner", "exact_inner", "fixed")
 ]
 tuned_cheapest = all(
     np.all(t["tuned"] <= t[c]) for t in table.values() for c in rppa_work_cols
 )
-print(f"tuned RGD needs no more gradient evaluations than any RPPA variant at every "
-      f"radius: "
-      f"{tuned_cheapest}")
+print(
+    f"tuned RGD needs no more gradient evaluations than any RPPA variant at every "
+    f"radius: {tuned_cheapest}"
+)
 
 # %% [markdown]
 # Four observations.
@@ -1000,13 +1022,17 @@ s_rows = sweep(Sphere, Karcher, SPHERE_RADII, cfg.trials, lambda D: SPHERE_START
                sigma=sigma, n=n_points, desc="S2 sweep", grid=(1.0,), budgets=())
 s_check = make_problem(Sphere, Karcher, max(SPHERE_RADII), SPHERE_START, n_points,
                        np.random.default_rng(seed))
-print(f"S2, D = {max(SPHERE_RADII)}: r_max = {s_check['r_max']:.2f} < pi/2, "
-      f"mu = delta = {delta(s_check['r_max'], 1.0):.2f}, L = {s_check['L']:g}")
+print(
+    f"S2, D = {max(SPHERE_RADII)}: r_max = {s_check['r_max']:.2f} < pi/2, mu = delta = "
+    f"{delta(s_check['r_max'], 1.0):.2f}, L = {s_check['L']:g}"
+)
 for D in SPHERE_RADII:
     rs = [r for r in s_rows if r["D"] == D]
-    print(f"D = {D}: RGD steps {[r['rgd'] for r in rs]}, iRPPA outer "
-          f"{[r[f'outer_{fig_lam}'] for r in rs]}, worst ball ratio "
-          f"{max(max(r['ball_theory'], r['ball_exact']) for r in rs):.6f}")
+    print(
+        f"D = {D}: RGD steps {[r['rgd'] for r in rs]}, iRPPA outer "
+        f"{[r[f'outer_{fig_lam}'] for r in rs]}, worst ball ratio "
+        f"{max(max(r['ball_theory'], r['ball_exact']) for r in rs):.6f}"
+    )
 
 # %% [markdown]
 # On the sphere RGD with $\eta = 1/L = 1$ is the classical Karcher iteration, which is
@@ -1072,8 +1098,10 @@ prox_tests = {
 }
 prox_change = {name: after - before for name, (before, after, _) in prox_tests.items()}
 for name, change in prox_change.items():
-    print(f"{name}: d(prox x, x*) - d(x, x*) at most {change.max():+.2e} "
-          f"(median {np.median(change):+.3f})")
+    print(
+        f"{name}: d(prox x, x*) - d(x, x*) at most {change.max():+.2e} (median "
+        f"{np.median(change):+.3f})"
+    )
 
 # %% tags=["hide-input"]
 shades = plt.cm.viridis([0.1, 0.5, 0.85])  # lambda is a setting here, not a method
@@ -1121,8 +1149,10 @@ safe_c = {
 print("largest step c/L at which no run left the ball:",
       ", ".join(f"{name} {c:g}" for name, c in safe_c.items()))
 theory_ball = max(r["ball_theory"] for rows in [*h_rows.values(), s_rows] for r in rows)
-print(f"worst ball ratio at the theory's steps (RGD 1/L, iRPPA; H2 and S2): "
-      f"{theory_ball:.6f}")
+print(
+    f"worst ball ratio at the theory's steps (RGD 1/L, iRPPA; H2 and S2): "
+    f"{theory_ball:.6f}"
+)
 
 # %% [markdown]
 # On $\mathbb H^2$ the ball of radius $d(x_0, x^*)$ holds well past the theory's step
@@ -1201,30 +1231,49 @@ def fixed_budget_ratio(tables):
 # the largest radius against the smallest
 span = f"D={cfg.radii[-1]:g} / D={cfg.radii[0]:g}"
 exact = "exact RPPA, each prox solved to a gradient of 1e-12"
-run.claim("iRPPA vs exact RPPA: outer steps", inexact_outer_ratio(table), "<=",
-          C_INEXACT_OUTER, "With the checkable relative criterion (Eq. 10) the inexact "
-                           "method "
-          "needs few more outer steps than the exact "
-          "one", versus="ablation", against=exact)
-run.claim("iRPPA vs exact RPPA: inner "
-          "work", inexact_work_ratio(table), "<=", C_INEXACT_WORK,
-          "... at a fraction of the exact method's inner gradient evaluations",
-          versus="ablation", against=exact)
+run.claim(
+    "iRPPA vs exact RPPA: outer steps",
+    inexact_outer_ratio(table),
+    "<=",
+    C_INEXACT_OUTER,
+    "With the checkable relative criterion (Eq. 10) the inexact method needs few more "
+    "outer steps than the exact one",
+    versus="ablation",
+    against=exact,
+)
+run.claim(
+    "iRPPA vs exact RPPA: inner work",
+    inexact_work_ratio(table),
+    "<=",
+    C_INEXACT_WORK,
+    "... at a fraction of the exact method's inner gradient evaluations",
+    versus="ablation",
+    against=exact,
+)
 run.claim(f"iRPPA outer steps, excess over D={cfg.radii[0]:g} (Karcher)",
           outer_excess(table["Karcher"]), "<=", C_OUTER_FLAT,
           "RPPA's outer loop does not pay for curvature", versus="ablation",
           against="RGD, the same problem without the proximal term (next claim)")
-run.claim(f"tuned RGD steps, {span} (Karcher)", tuned_growth(table["Karcher"]), ">=",
-          C_RGD_GROWTH, "Without the proximal term, curvature slows RGD even with its "
-                        "step "
-          "tuned in hindsight", versus="ablation",
-          against="RGD with the best step c/L of STEP_GRID, per problem")
-run.claim("iRPPA vs tuned fixed inner budget: inner "
-          "work", fixed_budget_ratio(table), "<=",
-          C_VS_FIXED, "The checkable criterion, untuned, costs at most a small factor "
-                      "over "
-          "the best fixed inner budget chosen in hindsight", versus="baseline",
-          against="RPPA with K inner steps per prox, K in BUDGETS tuned per problem")
+run.claim(
+    f"tuned RGD steps, {span} (Karcher)",
+    tuned_growth(table["Karcher"]),
+    ">=",
+    C_RGD_GROWTH,
+    "Without the proximal term, curvature slows RGD even with its step tuned in "
+    "hindsight",
+    versus="ablation",
+    against="RGD with the best step c/L of STEP_GRID, per problem",
+)
+run.claim(
+    "iRPPA vs tuned fixed inner budget: inner work",
+    fixed_budget_ratio(table),
+    "<=",
+    C_VS_FIXED,
+    "The checkable criterion, untuned, costs at most a small factor over the best "
+    "fixed inner budget chosen in hindsight",
+    versus="baseline",
+    against="RPPA with K inner steps per prox, K in BUDGETS tuned per problem",
+)
 
 h_all = [r for rows in h_rows.values() for r in rows]
 safe_excess = max(r["ball_safe"] for r in h_all) - 1.0
@@ -1236,19 +1285,34 @@ unconverged = sum(int(np.isinf(r[k])) for r in h_all + s_rows for k in theory_ke
 h_prox = max(prox_change["H2, Karcher"].max(), prox_change["H2, log-cosh"].max())
 run.check("Exp/Log identities", identity_err, "<=", C_IDENTITY,
           "Exp_x(Log_x y) = y and |Log_x y| = d(x, y) on H2 and S2", digits=2)
-run.check("step 1/(zeta L): excess ball ratio", safe_excess, "<=", C_BALL_TOL,
-          "Eq. 3: with eta <= 1/(zeta L) the distance to x* never grows (H2, both "
-          "objectives)",
-          digits=2)
-run.check("exact RPPA: excess ball ratio", exact_excess, "<=", C_BALL_TOL,
-          "a chain of quasi-nonexpansive proxes (Eq. 11) stays in B(x*, d(x0, x*)), H2 "
-          "and S2",
-          digits=2)
+run.check(
+    "step 1/(zeta L): excess ball ratio",
+    safe_excess,
+    "<=",
+    C_BALL_TOL,
+    "Eq. 3: with eta <= 1/(zeta L) the distance to x* never grows (H2, both "
+    "objectives)",
+    digits=2,
+)
+run.check(
+    "exact RPPA: excess ball ratio",
+    exact_excess,
+    "<=",
+    C_BALL_TOL,
+    "a chain of quasi-nonexpansive proxes (Eq. 11) stays in B(x*, d(x0, x*)), H2 and "
+    "S2",
+    digits=2,
+)
 run.check("prox moves towards x*, H2 (max change)", h_prox, "<=", C_PROX_TOL,
           "Eq. 11 in negative curvature, both objectives", digits=2)
-run.check("prox moves towards x*, S2 (max "
-          "change)", prox_change["S2, Karcher"].max(), "<=",
-          C_PROX_TOL, "Eq. 11 in positive curvature", digits=2)
+run.check(
+    "prox moves towards x*, S2 (max change)",
+    prox_change["S2, Karcher"].max(),
+    "<=",
+    C_PROX_TOL,
+    "Eq. 11 in positive curvature",
+    digits=2,
+)
 run.check("theory's methods that miss the target", unconverged, "<=", C_UNCONVERGED,
           "RGD at 1/L and 1/(zeta L), inexact and exact RPPA converge on H2 and S2")
 run.metric("ball_ratio_theory_steps", theory_ball)
@@ -1323,11 +1387,12 @@ def outer_steps(prob, lam_, prox_fn, sigma_=0.5):
 
 demo = make_problem(Hyperbolic, Karcher, 2.0, 2.0 + start_gap, n_points, rng)
 exact_demo = outer_steps(demo, 100.0, prox, 0.0)
-print(f"lambda = 100, Karcher, D = 2: exact RPPA {exact_demo} outer steps, correct "
-      f"criterion "
-      f"{outer_steps(demo, 100.0, prox)}, criterion without 1/lambda "
-      f"{outer_steps(demo, 100.0, prox_no_lambda)} (the first claim allows "
-      f"{C_INEXACT_OUTER:g} x {exact_demo})")
+print(
+    f"lambda = 100, Karcher, D = 2: exact RPPA {exact_demo} outer steps, correct "
+    f"criterion {outer_steps(demo, 100.0, prox)}, criterion without 1/lambda "
+    f"{outer_steps(demo, 100.0, prox_no_lambda)} (the first claim allows "
+    f"{C_INEXACT_OUTER:g} x {exact_demo})"
+)
 
 # %% [markdown]
 # ## Explore
@@ -1431,14 +1496,18 @@ def draw_widget(manifold, objective, spread, start, step, lam_w):
         )
     axes[0].scatter([0], [0], marker="*", s=90, color="k", zorder=4, label="$x^*$")
     lim = 1.6 * max(prob["R"], prob["r_max"] - prob["R"])
-    axes[0].set(xlim=(-lim, lim), ylim=(-lim, lim), aspect="equal",
-                title=f"{manifold}, {objective}: D = {D:g}, R = {R:g}, L = "
-                      f"{prob['L']:.2f}")
+    axes[0].set(
+        xlim=(-lim, lim),
+        ylim=(-lim, lim),
+        aspect="equal",
+        title=f"{manifold}, {objective}: D = {D:g}, R = {R:g}, L = {prob['L']:.2f}",
+    )
     axes[0].title.set_fontsize(8)
     axes[0].legend(loc="upper center", bbox_to_anchor=(0.5, -0.08), ncol=2, fontsize=6)
     gap = lambda xs: np.clip(obj.f(M, xs, P) - fs, 1e-16, 1e6)
-    axes[1].semilogy(np.arange(len(xs_g)), gap(xs_g), color=COLOURS["RGD "
-                                                                    "1/L"], label="RGD")
+    axes[1].semilogy(
+        np.arange(len(xs_g)), gap(xs_g), color=COLOURS["RGD 1/L"], label="RGD"
+    )
     axes[1].semilogy(np.cumsum(inner), gap(xs_p), "o-", ms=3, color=COLOURS["iRPPA"],
                      label="iRPPA (outer steps)")
     axes[1].axhline(TARGET, color="k", ls=":", lw=1)

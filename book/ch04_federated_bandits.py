@@ -160,8 +160,8 @@ cfg = run.pick(
 )
 ALPHA_GREEDY = 1 - 1 / e  # greedy's approximation ratio for monotone submodular f
 print(f"tier {tier}: n = {cfg.n} candidate images, k = {k}, pool of {cfg.pool} images, "
-      f"T in {[f'{T:.0e}' for T in cfg.horizons]}, m in {list(cfg.agents)}, "
-      f"{cfg.reps} repetitions per (T, m); {comb(cfg.n, k):,} subsets for brute force")
+      f"T in {[f'{T:.0e}' for T in cfg.horizons]}, m in {list(cfg.agents)}, {cfg.reps} "
+      f"repetitions per (T, m); {comb(cfg.n, k):,} subsets for brute force")
 
 # %% [markdown]
 # One colour per method in every figure: C-MA-MAB in blues (darker for more agents),
@@ -353,13 +353,12 @@ def n_queries(n, k, eps=None):
 S_greedy = greedy(cfg.n, k, lambda S: f_value(G, S))
 f_greedy = f_value(G, S_greedy)
 print(f"exact greedy: {sorted(S_greedy)}, f = {f_greedy:.4f} = {f_greedy / f_opt:.4f} "
-      f"of "
-      f"OPT (guarantee {ALPHA_GREEDY:.3f}), {n_queries(cfg.n, k)} value queries")
+      f"of OPT (guarantee {ALPHA_GREEDY:.3f}), {n_queries(cfg.n, k)} value queries")
 sg_vals = [f_value(G, stochastic_greedy(cfg.n, k, sg_eps, lambda S: f_value(G, S), rng))
            for _ in range(20)]
 print(f"exact stochastic greedy, eps = {sg_eps}: mean f = "
-      f"{np.mean(sg_vals) / f_opt:.4f} of "
-      f"OPT over 20 draws, {n_queries(cfg.n, k, sg_eps)} value queries")
+      f"{np.mean(sg_vals) / f_opt:.4f} of OPT over 20 draws, "
+      f"{n_queries(cfg.n, k, sg_eps)} value queries")
 run.metric("f_opt", f_opt)
 run.metric("f_greedy_over_opt", f_greedy / f_opt);
 
@@ -521,12 +520,15 @@ def pseudo_regret(res, f_ref):
 
 # %%
 demo = cmamab(G, k, 10**6, 4, batch, rng, mult=r_multiplier)
-print(f"T = 1e6, m = 4: {demo['queries']} queries x {demo['plays']} plays per agent = "
-      f"{demo['explore']:,} exploration rounds per agent ({demo['explore'] / 1e6:.1%} "
-      f"of T); "
-      f"{demo['comm']} communication rounds")
-print(f"committed summary {demo['omega']} (exact greedy {sorted(S_greedy)}, OPT "
-      f"{list(S_opt)}): f = {demo['f_omega'] / f_opt:.4f} of OPT")
+print(
+    f"T = 1e6, m = 4: {demo['queries']} queries x {demo['plays']} plays per agent = "
+    f"{demo['explore']:,} exploration rounds per agent ({demo['explore'] / 1e6:.1%} of "
+    f"T); {demo['comm']} communication rounds"
+)
+print(
+    f"committed summary {demo['omega']} (exact greedy {sorted(S_greedy)}, OPT "
+    f"{list(S_opt)}): f = {demo['f_omega'] / f_opt:.4f} of OPT"
+)
 for name, ref in [("R_A (vs exact greedy)", f_greedy), ("1-regret (vs OPT)", f_opt),
                   (f"alpha-regret, alpha = {ALPHA_GREEDY:.3f}", ALPHA_GREEDY * f_opt)]:
     print(f"  {name:<30} {pseudo_regret(demo, ref):>12,.0f}")
@@ -580,8 +582,9 @@ def elimination(mean, std, T, batch, rng, c):
     committed subset's index and the number of phases (one communication round each).
     """
     if T < len(mean):
-        raise ValueError(f"horizon T = {T} cannot play each of the {len(mean)} subsets "
-                         f"once")
+        raise ValueError(
+            f"horizon T = {T} cannot play each of the {len(mean)} subsets once"
+        )
     f_best = mean.max()
     alive, sums, n, used, regret, phases = (
         np.arange(len(mean)),
@@ -644,8 +647,10 @@ def loglog_slope(x, y):
 
 slope_T = loglog_slope(H, mean_A[0])
 slope_m = loglog_slope(M, mean_A[:, -1])
-print(f"slope of log R_A vs log T (m = 1): {slope_T:.3f}   (theory 2/3, plus a log "
-      f"factor)")
+print(
+    f"slope of log R_A vs log T (m = 1): {slope_T:.3f}   (theory 2/3, plus a log "
+    f"factor)"
+)
 print(f"slope of log R_A vs log m (T = {H[-1]:.0e}): {slope_m:.3f}   (theory -1/3)")
 
 # %% tags=["hide-input"]
@@ -691,15 +696,19 @@ plt.show()
 # ### Communication, exploration and quality
 
 # %%
-print(f"{'m':>3} {'T':>8} | {'comm rounds':>11} {'explore/agent':>13} "
-      f"{'explore / T':>11} | "
-      f"{'R_A':>9} {'1-regret':>9} {'alpha-regret':>12} | {'f(Omega)/OPT min':>16}")
+print(
+    f"{'m':>3} {'T':>8} | {'comm rounds':>11} {'explore/agent':>13} "
+    f"{'explore / T':>11} | {'R_A':>9} {'1-regret':>9} {'alpha-regret':>12} | "
+    f"{'f(Omega)/OPT min':>16}"
+)
 for i, m in enumerate(M):
     for j, T in enumerate(H):
-        print(f"{m:>3} {T:>8.0e} | {comm_rounds[i, j]:>11} {explore_len[i, j]:>13,} "
-              f"{explore_len[i, j] / T:>11.3f} | {mean_A[i, j]:>9,.0f} "
-              f"{regret_1[i, j].mean():>9,.0f} {regret_alpha[i, j].mean():>12,.0f} | "
-              f"{quality[i, j].min():>16.4f}")
+        print(
+            f"{m:>3} {T:>8.0e} | {comm_rounds[i, j]:>11} {explore_len[i, j]:>13,} "
+            f"{explore_len[i, j] / T:>11.3f} | {mean_A[i, j]:>9,.0f} "
+            f"{regret_1[i, j].mean():>9,.0f} {regret_alpha[i, j].mean():>12,.0f} | "
+            f"{quality[i, j].min():>16.4f}"
+        )
 run.metric("mean_regret_A", mean_A.round(1))
 run.metric("comm_rounds", comm_rounds);
 
@@ -763,10 +772,11 @@ print(f"{'mu':>8} {'plays/query':>11} {'R_A':>9} {'commits below exact greedy':>
 for mu, rs, R, miss in zip(MU_GRID, u_runs, u_regret, u_miss):
     print(f"{mu:>8.4f} {rs[0]['plays']:>11,} {R:>9,.0f} {miss:>27.0%}")
 print(f"saving of the best multiplier over the cheaper end (Eq. 10): {saving:.3f}")
-print(f"best multiplier {MU_GRID[i_best]:.3g}: our r* of Eq. 6 explores "
-      f"{1 / MU_GRID[i_best]:.0f}x too long here and has "
-      f"{u_regret[i_one] / u_regret[i_best]:.1f}x "
-      f"the best regret")
+print(
+    f"best multiplier {MU_GRID[i_best]:.3g}: our r* of Eq. 6 explores "
+    f"{1 / MU_GRID[i_best]:.0f}x too long here and has "
+    f"{u_regret[i_one] / u_regret[i_best]:.1f}x the best regret"
+)
 run.metric("u_regret_A", u_regret.round(1))
 run.metric("u_best_multiplier", float(MU_GRID[i_best]))
 run.metric("u_excess_at_r_star", float(u_regret[i_one] / u_regret[i_best]));
@@ -849,8 +859,10 @@ mu_tuned = tuned(
 )
 c_tuned = tuned(RADIUS_GRID, lambda c, T: elimination(
     val_values, val_stds, int(T), batch, vrng, c)["regret"], H_vs, cfg.tune_reps)
-print(f"tuned on the held-out split over T in {[f'{T:.0e}' for T in H_vs]}: "
-      f"mu = {mu_tuned:.3g} (C-MA-MAB), c = {c_tuned:.3g} (elimination)")
+print(
+    f"tuned on the held-out split over T in {[f'{T:.0e}' for T in H_vs]}: mu = "
+    f"{mu_tuned:.3g} (C-MA-MAB), c = {c_tuned:.3g} (elimination)"
+)
 
 # %%
 vs_methods = {"C-MA-MAB, r* of Eq. 6": [], "C-MA-MAB, tuned r*": [],
@@ -876,18 +888,20 @@ vs_regret = {name: np.array(v) for name, v in vs_methods.items()}
 i_vs = int(np.argmin(np.abs(H_vs - cfg.t_vs)))
 vs_ratio = vs_regret["elimination, tuned"] / vs_regret["C-MA-MAB, tuned r*"]
 sweep_cost = float(np.sum(f_opt - all_values))
-print(f"1-regret (vs OPT), m = 1, mean of {cfg.vs_reps} runs; K = {len(all_values):,} "
-      f"subsets, "
-      f"one sweep of all of them costs {sweep_cost:,.0f}")
+print(
+    f"1-regret (vs OPT), m = 1, mean of {cfg.vs_reps} runs; K = {len(all_values):,} "
+    f"subsets, one sweep of all of them costs {sweep_cost:,.0f}"
+)
 print(f"{'T':>8} {'T / K':>6} | " + " ".join(f"{name:>23}" for name in vs_regret)
       + " | elimination / C-MA-MAB, tuned")
 for j, T in enumerate(H_vs):
     print(f"{T:>8.0e} {T / len(all_values):>6.1f} | "
           + " ".join(f"{vs_regret[name][j]:>23,.0f}" for name in vs_regret)
           + f" | {vs_ratio[j]:>6.2f}")
-print(f"greedy misses OPT by {1 - f_greedy / f_opt:.2%} on this split, which alone "
-      f"costs "
-      f"C-MA-MAB {H_vs[-1] * (f_opt - f_greedy):,.0f} at T = {H_vs[-1]:.0e}")
+print(
+    f"greedy misses OPT by {1 - f_greedy / f_opt:.2%} on this split, which alone costs "
+    f"C-MA-MAB {H_vs[-1] * (f_opt - f_greedy):,.0f} at T = {H_vs[-1]:.0e}"
+)
 run.metric("vs_ratio_tuned", vs_ratio.round(4))
 run.metric("vs_ratio_untuned", (vs_regret["elimination, Hoeffding"]
                                 / vs_regret["C-MA-MAB, r* of Eq. 6"]).round(4))
@@ -896,10 +910,12 @@ run.metric("vs_c_tuned", float(c_tuned));
 
 # %% tags=["hide-input"]
 fig, ax = plt.subplots(figsize=(5.6, 3.6))
-styles = {"C-MA-MAB, r* of Eq. "
-          "6": agent_colour(1), "C-MA-MAB, tuned r*": colour["tuned"],
-          "elimination, Hoeffding": colour["elimination, Hoeffding"],
-          "elimination, tuned": colour["elimination, tuned"]}
+styles = {
+    "C-MA-MAB, r* of Eq. 6": agent_colour(1),
+    "C-MA-MAB, tuned r*": colour["tuned"],
+    "elimination, Hoeffding": colour["elimination, Hoeffding"],
+    "elimination, tuned": colour["elimination, tuned"],
+}
 for name, R in vs_regret.items():
     ax.loglog(H_vs, R, "o-", color=styles[name], label=name)
 ax.axhline(sweep_cost, color=colour["random"], ls=":", label="one sweep of all subsets")
@@ -945,13 +961,16 @@ def draw_summaries(ax, sets, names, images):
         spine.set_visible(False)
 
 
-elim_pick = sorted(int(x) for x in combos[vs_last["elimination, "
-                                                  "tuned", H_vs[i_vs]]["arm"]])
-rows = [(list(S_opt), "OPT"), (sorted(S_greedy), "exact greedy"),
-        (u_runs[i_one][-1]["omega"], "C-MA-MAB, r*"), (u_runs[0][-1]["omega"],
-                                                       f"C-MA-MAB, r* x "
-                                                       f"{MU_GRID[0]:g}"),
-        (elim_pick, "elimination")]
+elim_pick = sorted(
+    int(x) for x in combos[vs_last["elimination, tuned", H_vs[i_vs]]["arm"]]
+)
+rows = [
+    (list(S_opt), "OPT"),
+    (sorted(S_greedy), "exact greedy"),
+    (u_runs[i_one][-1]["omega"], "C-MA-MAB, r*"),
+    (u_runs[0][-1]["omega"], f"C-MA-MAB, r* x {MU_GRID[0]:g}"),
+    (elim_pick, "elimination"),
+]
 fig, ax = plt.subplots(figsize=(0.55 * k + 2.2, 3.4))
 draw_summaries(
     ax,
@@ -973,19 +992,35 @@ plt.show()
 # %%
 sg_rows = []
 for T in H:
-    for label, eps in [("greedy", None), ("SG, eps from "
-                                          "bound", None), ("SG, fixed eps", sg_eps)]:
+    for label, eps in [
+        ("greedy", None),
+        ("SG, eps from bound", None),
+        ("SG, fixed eps", sg_eps),
+    ]:
         algo = "greedy" if label == "greedy" else "sg"
-        rs = [cmamab(G, k, int(T), 1, batch, rng, algo=algo, eps=eps, mult=r_multiplier)
-              for _ in range(cfg.sg_reps)]
-        sg_rows.append((T, label, rs[0]["eps"], rs[0]["comm"],
-                        np.mean([pseudo_regret(x, f_opt) for x in rs]),
-                        np.mean([x["f_omega"] for x in rs]) / f_opt))
-print(f"{'T':>8} {'offline algorithm':<20} {'eps':>6} {'comm':>5} {'1-regret':>10} "
-      f"{'mean f(Omega)/OPT':>17}")
+        rs = [
+            cmamab(G, k, int(T), 1, batch, rng, algo=algo, eps=eps, mult=r_multiplier)
+            for _ in range(cfg.sg_reps)
+        ]
+        sg_rows.append(
+            (
+                T,
+                label,
+                rs[0]["eps"],
+                rs[0]["comm"],
+                np.mean([pseudo_regret(x, f_opt) for x in rs]),
+                np.mean([x["f_omega"] for x in rs]) / f_opt,
+            )
+        )
+print(
+    f"{'T':>8} {'offline algorithm':<20} {'eps':>6} {'comm':>5} {'1-regret':>10} "
+    f"{'mean f(Omega)/OPT':>17}"
+)
 for T, label, eps, comm, reg, q in sg_rows:
-    print(f"{T:>8.0e} {label:<20} {'-' if eps is None else f'{eps:.3f}':>6} {comm:>5} "
-          f"{reg:>10,.0f} {q:>17.4f}")
+    print(
+        f"{T:>8.0e} {label:<20} {'-' if eps is None else f'{eps:.3f}':>6} {comm:>5} "
+        f"{reg:>10,.0f} {q:>17.4f}"
+    )
 
 # %% [markdown]
 # Stochastic greedy wins at small horizons, where greedy's $N$ queries are expensive
@@ -1044,33 +1079,52 @@ C_GREEDY_RATIO = 0.632
 C_COMMIT = 0.99
 
 # %%
-run.claim("r* trade-off: saving of the best multiplier (Eq. "
-          "10)", saving, ">=", C_U_SAVING,
-          "Exploring much less or much more than r* costs regret: R_A is U-shaped in "
-          "the "
-          "multiplier of r*", versus="ablation",
-          against="C-MA-MAB with r* times 1e-3 and times 10 (the ends of MU_GRID)")
-run.claim("elimination / C-MA-MAB, 1-regret at t_vs", vs_ratio[i_vs], ">=", C_VS_ELIM,
-          "With both methods tuned on a held-out split, C-MA-MAB has lower regret than "
-          "a "
-          "bandit over all k-subsets", versus="baseline",
-          against="successive elimination over all C(n, k) subsets, radius tuned on "
-                  "the "
-                  "held-out split")
+run.claim(
+    "r* trade-off: saving of the best multiplier (Eq. 10)",
+    saving,
+    ">=",
+    C_U_SAVING,
+    "Exploring much less or much more than r* costs regret: R_A is U-shaped in the "
+    "multiplier of r*",
+    versus="ablation",
+    against="C-MA-MAB with r* times 1e-3 and times 10 (the ends of MU_GRID)",
+)
+run.claim(
+    "elimination / C-MA-MAB, 1-regret at t_vs",
+    vs_ratio[i_vs],
+    ">=",
+    C_VS_ELIM,
+    "With both methods tuned on a held-out split, C-MA-MAB has lower regret than a "
+    "bandit over all k-subsets",
+    versus="baseline",
+    against="successive elimination over all C(n, k) subsets, radius tuned on the "
+            "held-out split",
+)
 
 noiseless = cmamab(G, k, 10**12, 2, batch, rng, plays=10**9)
 big_T = H >= 1e5
 n_greedy_queries = n_queries(cfg.n, k)
-run.check("slope of R_A vs T, distance from "
-          "2/3", abs(slope_T - 2 / 3), "<=", C_SLOPE_TOL,
-          "Eq. 6's exploration, N r*/m ~ T^(2/3), sets the slope in T")
-run.check("slope of R_A vs m, distance from "
-          "-1/3", abs(slope_m + 1 / 3), "<=", C_SLOPE_TOL,
-          "Eq. 6's exploration per agent, r*/m ~ m^(-1/3), sets the slope in m")
-run.check("comm rounds - (N + 1), worst "
-          "cell", np.abs(comm_rounds - (n_greedy_queries + 1)).max(),
-          "<=", C_COUNT, "one communication round per query plus one (Eq. 8), for "
-                         "every T and m")
+run.check(
+    "slope of R_A vs T, distance from 2/3",
+    abs(slope_T - 2 / 3),
+    "<=",
+    C_SLOPE_TOL,
+    "Eq. 6's exploration, N r*/m ~ T^(2/3), sets the slope in T",
+)
+run.check(
+    "slope of R_A vs m, distance from -1/3",
+    abs(slope_m + 1 / 3),
+    "<=",
+    C_SLOPE_TOL,
+    "Eq. 6's exploration per agent, r*/m ~ m^(-1/3), sets the slope in m",
+)
+run.check(
+    "comm rounds - (N + 1), worst cell",
+    np.abs(comm_rounds - (n_greedy_queries + 1)).max(),
+    "<=",
+    C_COUNT,
+    "one communication round per query plus one (Eq. 8), for every T and m",
+)
 run.check("noise-free estimates: |f(Omega) - f(greedy)|",
           abs(noiseless["f_omega"] - f_greedy), "<=", C_NOISELESS,
           "with r* -> infinity C-MA-MAB commits to the exact offline output")
@@ -1133,11 +1187,15 @@ broken_u = [pseudo_regret(cmamab(G, k, int(cfg.t_u), 1, batch, rng, mult=mu,
 half = [pseudo_regret(cmamab(G, k, int(cfg.t_vs), 1, batch, rng,
                              plays=int(0.5 * cfg.t_vs / n_greedy_queries)), f_opt)
         for _ in range(3)]
-print(f"leaked exact values: saving (Eq. 10) = {u_saving(np.array(broken_u)):.3f} "
-      f"(claim 1 needs >= {C_U_SAVING})")
-print(f"exploring half the horizon: elimination / C-MA-MAB at T = {cfg.t_vs:.0e} = "
-      f"{vs_regret['elimination, tuned'][i_vs] / np.mean(half):.3f} (claim 2 needs >= "
-      f"{C_VS_ELIM})")
+print(
+    f"leaked exact values: saving (Eq. 10) = {u_saving(np.array(broken_u)):.3f} (claim "
+    f"1 needs >= {C_U_SAVING})"
+)
+print(
+    f"exploring half the horizon: elimination / C-MA-MAB at T = {cfg.t_vs:.0e} = "
+    f"{vs_regret['elimination, tuned'][i_vs] / np.mean(half):.3f} (claim 2 needs >= "
+    f"{C_VS_ELIM})"
+)
 print(f"non-cooperating agents: slope of regret vs m = {loglog_slope(M, solo):.3f}")
 
 # %% [markdown]
@@ -1187,14 +1245,18 @@ def update(m, T_max, algorithm, eps, multiplier, B, noise_seed):
             last = rs[-1]
         ok = np.array(reg) > 1e-6
         s = loglog_slope(T_grid[ok], np.array(reg)[ok]) if ok.sum() >= 2 else np.nan
-        ax.loglog(T_grid, reg, "o-", color=agent_colour(mm), label=f"m = {mm} (slope "
-                                                                   f"{s:.2f})")
+        ax.loglog(
+            T_grid, reg, "o-", color=agent_colour(mm), label=f"m = {mm} (slope {s:.2f})"
+        )
     ax.loglog(
         T_grid, reg[0] * (T_grid / T_grid[0]) ** (2 / 3), "k--", lw=1, label="slope 2/3"
     )
-    ax.set(xlabel="horizon T", ylabel="per-agent regret vs exact greedy",
-           title=f"explore {last['explore']:,} of {int(T_grid[-1]):,} rounds; "
-                 f"{last['comm']} comm rounds")
+    ax.set(
+        xlabel="horizon T",
+        ylabel="per-agent regret vs exact greedy",
+        title=f"explore {last['explore']:,} of {int(T_grid[-1]):,} rounds; "
+              f"{last['comm']} comm rounds",
+    )
     ax.legend(loc="upper left")
     draw_summaries(
         ax_img,

@@ -136,8 +136,10 @@ LAGS = (0, 1, 2)  # lags k of the correlation baseline
 # one colour and line style per method, for every figure of the chapter
 STYLE = icmlbook.method_styles("decaying", "correlation", "myopic", "authors", "tuned")
 COLORS = {name: style["color"] for name, style in STYLE.items()}
-print(f"tier {tier}: T = {cfg.T} steps, error measured at t = {cfg.checks}, "
-      f"constant critic steps tried: {cfg.lrs}")
+print(
+    f"tier {tier}: T = {cfg.T} steps, error measured at t = {cfg.checks}, constant "
+    f"critic steps tried: {cfg.lrs}"
+)
 
 # %% [markdown]
 # Each method keeps one colour in every figure: the estimator with decaying critic steps
@@ -357,8 +359,10 @@ stat_err = np.abs(d_exact.ravel() @ P_pi - d_exact.ravel()).max()
 q_err = np.abs(differential_q(P_pi, d_exact.ravel(), r_flat)
                - brute_force_q(P_pi, d_exact.ravel(), r_flat)).max()
 true_zero = float(np.abs(tim_exact[~D_true]).max()) if (~D_true).any() else 0.0
-print(f"stationarity |d P - d| = {stat_err:.1e};  |Eq. 6 - brute-force Eq. 2| = "
-      f"{q_err:.1e}")
+print(
+    f"stationarity |d P - d| = {stat_err:.1e};  |Eq. 6 - brute-force Eq. 2| = "
+    f"{q_err:.1e}"
+)
 print(f"true zeros of TIM (D = 0): max |TIM| = {true_zero:.1e}")
 print("exact TIM [j -> i] (rows act, columns receive):")
 print(np.array2string(tim_exact, precision=3, suppress_small=True))
@@ -596,9 +600,16 @@ grid = np.unique(np.r_[np.geomspace(200, cfg.T, 16).astype(int), cfg.checks])
 critics = [("decaying", critic_decay), ("myopic", critic_decay)]
 critics += [("constant", lr) for lr in cfg.lrs]
 (tim_hat, sim_hat, snaps), (_, _, snaps_myopic), *const_runs = estimate_impacts(
-    states, actions, R, DEV, critics=critics, snapshots=grid,
-    progress=lambda it: icmlbook.progress(it, desc=f"{len(critics)} critics side by "
-                                                   f"side"))
+    states,
+    actions,
+    R,
+    DEV,
+    critics=critics,
+    snapshots=grid,
+    progress=lambda it: icmlbook.progress(
+        it, desc=f"{len(critics)} critics side by side"
+    ),
+)
 snaps_lr = {lr: sn for lr, (_, _, sn) in zip(cfg.lrs, const_runs)}
 t_early, t_late = cfg.checks[0], cfg.checks[-1]
 err_tim = {t: relative_error(snaps[t][0], tim_exact) for t in grid}
@@ -653,8 +664,9 @@ for ax in axes:
         ax.add_patch(
             plt.Rectangle((i - 0.5, j - 0.5), 1, 1, fill=False, ec="black", lw=2)
         )
-fig.colorbar(im, ax=axes, shrink=0.8, label="entry (value units; |corr| in the last "
-                                            "panel)")
+fig.colorbar(
+    im, ax=axes, shrink=0.8, label="entry (value units; |corr| in the last panel)"
+)
 plt.show()
 
 # %% [markdown]
@@ -668,18 +680,26 @@ plt.show()
 edges = [(0, 0), (0, 1), (1, 1), (1, 2), (2, 2), (3, 3), (2, 1), (3, 0)]
 print(f"{'edge':>6} {'true':>5} {'exact':>7} {'TIM^':>7} {'myopic^':>8} {'|corr|':>7}")
 for j, i in edges:
-    print(f"{j:>2} -> {i} {str(D_true[j, i]):>5} {tim_exact[j, i]:>7.3f} "
-          f"{tim_late[j, i]:>7.3f}"
-          f" {tim_myopic[j, i]:>8.3f} {corr[j, i]:>7.3f}")
-print(f"graph of TIM^ at t = {t_late}, threshold {threshold}: "
-      f"{int((graph_late != D_true).sum())} wrong entries of {D_true.size}")
+    print(
+        f"{j:>2} -> {i} {str(D_true[j, i]):>5} {tim_exact[j, i]:>7.3f} "
+        f"{tim_late[j, i]:>7.3f} {tim_myopic[j, i]:>8.3f} {corr[j, i]:>7.3f}"
+    )
+print(
+    f"graph of TIM^ at t = {t_late}, threshold {threshold}: "
+    f"{int((graph_late != D_true).sum())} wrong entries of {D_true.size}"
+)
 sep_tim, sep_myopic = separation(tim_late, D_true), separation(tim_myopic, D_true)
 sep_corr = separation(corr, D_true)
-print(f"separation (Eq. 10): TIM^ {sep_tim:.3f}, myopic ablation {sep_myopic:.3f}, "
-      + ", ".join(f"correlation {k} "
-                  f"{separation(v, D_true):.3f}" for k, v in corr_variants.items()))
-print(f"lagged |corr| on 1 -> 2: plain {corr_variants['plain'][1, 2]:.3f}, "
-      f"within each state {corr_variants['within each state'][1, 2]:.3f}")
+print(
+    f"separation (Eq. 10): TIM^ {sep_tim:.3f}, myopic ablation {sep_myopic:.3f}, "
+    + ", ".join(
+        f"correlation {k} {separation(v, D_true):.3f}" for k, v in corr_variants.items()
+    )
+)
+print(
+    f"lagged |corr| on 1 -> 2: plain {corr_variants['plain'][1, 2]:.3f}, within each "
+    f"state {corr_variants['within each state'][1, 2]:.3f}"
+)
 
 # %% [markdown]
 # ### Convergence and the critic's step
@@ -745,15 +765,18 @@ for t in cfg.checks:
         f"{t:>7} {err_tim[t]:>9.3f} "
         + " ".join(f"{err_lr[lr][t]:>13.3f}" for lr in cfg.lrs)
     )
-print(f"SIM error at t = {t_late}: decaying {err_sim[t_late]:.3f}, "
-      f"authors' constant step {err_lr_sim[AUTHORS_LR]:.3f}")
+print(
+    f"SIM error at t = {t_late}: decaying {err_sim[t_late]:.3f}, authors' constant "
+    f"step {err_lr_sim[AUTHORS_LR]:.3f}"
+)
 
 
 # %%
-print(f"best constant step at t = {t_late}, in hindsight: {best_lr}, "
-      f"error {err_lr[best_lr][t_late]:.3f} (decaying {err_tim[t_late]:.3f}); "
-      f"the same step at t = {t_early}: {err_lr[best_lr][t_early]:.3f} "
-      f"(decaying {err_tim[t_early]:.3f})")
+print(
+    f"best constant step at t = {t_late}, in hindsight: {best_lr}, error "
+    f"{err_lr[best_lr][t_late]:.3f} (decaying {err_tim[t_late]:.3f}); the same step at "
+    f"t = {t_early}: {err_lr[best_lr][t_early]:.3f} (decaying {err_tim[t_early]:.3f})"
+)
 
 # %% [markdown]
 # A constant critic step keeps $\hat Q$ noisy forever, and every range in Eq. 3 carries
@@ -793,47 +816,80 @@ C_EXACT = 1e-8
 C_ZERO = 1e-12  # quantities zero by construction: rounding only
 
 # %%
-run.claim("separation: TIM^ minus its myopic ablation", sep_tim - sep_myopic, ">=",
-          C_SEP_VS_MYOPIC, "Measured on the long-run value, the estimate separates "
-                           "every true "
-          "edge from every false one; measured on immediate rewards it cannot",
-          versus="ablation", against="the same estimator, critic tracking the "
-                                     "immediate reward "
-          "(no gain, no bootstrap term), same trajectory")
-run.claim("separation: TIM^ minus lagged "
-          "correlation", sep_tim - sep_corr, ">=", C_SEP_VS_CORR,
-          "TIM^ separates the true graph by a wide margin where the best lagged "
-          "correlation "
-          "cannot separate it at all", versus="baseline",
-          against="|corr(a_j,t, r_i,t+k)|, plain or within each state, best lag k <= 2 "
-                  "and "
-          "best threshold in hindsight, same rollout")
-run.claim("TIM^ max relative error", err_tim[t_late], "<=", C_TIM_ERR,
-          "With decaying critic steps the decentralised TIM estimate gets close to the "
-          "exact TIM",
-          versus="ablation", against=f"the critic's step held constant at the authors' "
-          f"{AUTHORS_LR}, same averaging schedules")
-run.claim("SIM^ max relative error", err_sim[t_late], "<=", C_SIM_ERR,
-          "With decaying critic steps the SIM estimate gets close to the exact SIM in "
-          "every state",
-          versus="ablation", against=f"the critic's step held constant at the authors' "
-          f"{AUTHORS_LR}, same averaging schedules")
+run.claim(
+    "separation: TIM^ minus its myopic ablation",
+    sep_tim - sep_myopic,
+    ">=",
+    C_SEP_VS_MYOPIC,
+    "Measured on the long-run value, the estimate separates every true edge from every "
+    "false one; measured on immediate rewards it cannot",
+    versus="ablation",
+    against="the same estimator, critic tracking the immediate reward (no gain, no "
+            "bootstrap term), same trajectory",
+)
+run.claim(
+    "separation: TIM^ minus lagged correlation",
+    sep_tim - sep_corr,
+    ">=",
+    C_SEP_VS_CORR,
+    "TIM^ separates the true graph by a wide margin where the best lagged correlation "
+    "cannot separate it at all",
+    versus="baseline",
+    against="|corr(a_j,t, r_i,t+k)|, plain or within each state, best lag k <= 2 and "
+            "best threshold in hindsight, same rollout",
+)
+run.claim(
+    "TIM^ max relative error",
+    err_tim[t_late],
+    "<=",
+    C_TIM_ERR,
+    "With decaying critic steps the decentralised TIM estimate gets close to the exact "
+    "TIM",
+    versus="ablation",
+    against=f"the critic's step held constant at the authors' {AUTHORS_LR}, same "
+            f"averaging schedules",
+)
+run.claim(
+    "SIM^ max relative error",
+    err_sim[t_late],
+    "<=",
+    C_SIM_ERR,
+    "With decaying critic steps the SIM estimate gets close to the exact SIM in every "
+    "state",
+    versus="ablation",
+    against=f"the critic's step held constant at the authors' {AUTHORS_LR}, same "
+            f"averaging schedules",
+)
 
 xor_corr = max(population_corr(P_pi, d_exact.ravel(), r_flat, ACTS, k)[j, 1]
                for k in LAGS for j in (0, 1))
-run.check("exact TIM: Eq. 6 = brute-force Eq. 2", max(stat_err, q_err), "<=", C_EXACT,
-          "the exact differential Q (fundamental matrix) matches the direct sum of Eq. "
-          "2",
-          digits=2)
+run.check(
+    "exact TIM: Eq. 6 = brute-force Eq. 2",
+    max(stat_err, q_err),
+    "<=",
+    C_EXACT,
+    "the exact differential Q (fundamental matrix) matches the direct sum of Eq. 2",
+    digits=2,
+)
 run.check("exact TIM on edges the construction rules out", true_zero, "<=", C_ZERO,
           "entries with D = 0 are zero", digits=2)
-run.check("myopic range on 1->2", myopic[1, 2], "<=", C_ZERO,
-          "r_2 has no a_1 term, so immediate rewards cannot see the transition "
-          "edge", digits=2)
-run.check("population |corr| on the XOR edges", xor_corr, "<=", C_ZERO,
-          "under the uniform policy r_1 = 1[a_0 = a_1] is independent of a_0 alone and "
-          "of "
-          "a_1 alone, at every lag", digits=2)
+run.check(
+    "myopic range on 1->2",
+    myopic[1, 2],
+    "<=",
+    C_ZERO,
+    "r_2 has no a_1 term, so immediate rewards cannot see the transition edge",
+    digits=2,
+)
+run.check(
+    "population |corr| on the XOR edges",
+    xor_corr,
+    "<=",
+    C_ZERO,
+    "under the uniform policy r_1 = 1[a_0 = a_1] is independent of a_0 alone and of "
+    "a_1 alone, at every lag",
+    digits=2,
+)
 run.metric("tim_error", {str(t): err_tim[t] for t in cfg.checks})
 run.metric("sim_error", {str(t): err_sim[t] for t in cfg.checks})
 run.metric("constant_step_tim_error", {str(lr): {str(t): e[t] for t in cfg.checks}
@@ -891,15 +947,20 @@ broken = {
         sim=err_lr_sim[AUTHORS_LR],
     ),
 }
-print(f"{'variant':<28} {'sep - sep(myopic)':>17} {'sep - sep(corr)':>15} "
-      f"{'TIM error':>10} "
-      f"{'SIM error':>10}")
-print(f"{'needs':<28} {'>= ' + str(C_SEP_VS_MYOPIC):>17} "
-      f"{'>= ' + str(C_SEP_VS_CORR):>15} "
-      f"{'<= ' + str(C_TIM_ERR):>10} {'<= ' + str(C_SIM_ERR):>10}")
+print(
+    f"{'variant':<28} {'sep - sep(myopic)':>17} {'sep - sep(corr)':>15} "
+    f"{'TIM error':>10} {'SIM error':>10}"
+)
+print(
+    f"{'needs':<28} {'>= ' + str(C_SEP_VS_MYOPIC):>17} "
+    f"{'>= ' + str(C_SEP_VS_CORR):>15} {'<= ' + str(C_TIM_ERR):>10} "
+    f"{'<= ' + str(C_SIM_ERR):>10}"
+)
 for name, b in broken.items():
-    print(f"{name:<28} {b['sep'] - sep_myopic:>17.3f} {b['sep'] - sep_corr:>15.3f} "
-          f"{b['tim']:>10.3f} {b['sim']:>10.3f}")
+    print(
+        f"{name:<28} {b['sep'] - sep_myopic:>17.3f} {b['sep'] - sep_corr:>15.3f} "
+        f"{b['tim']:>10.3f} {b['sim']:>10.3f}"
+    )
 
 # %% [markdown]
 # The transposed matrix fails both separation claims; the critic without the future
@@ -956,8 +1017,9 @@ def draw_graph(ax, est, true):
     for k, (x, y) in enumerate(xy):
         ax.add_patch(plt.Circle((x, y), 0.11, color="0.35", zorder=3))
         ax.text(x, y, str(k), color="white", ha="center", va="center", zorder=4)
-    ax.set(xlim=(-0.35, 1.35), ylim=(-0.35, 1.35), aspect="equal", title="recovered "
-                                                                         "graph")
+    ax.set(
+        xlim=(-0.35, 1.35), ylim=(-0.35, 1.35), aspect="equal", title="recovered graph"
+    )
     ax.set_axis_off()
 
 
@@ -990,8 +1052,9 @@ def update(couplings, driver, coupling, mix_w, p_one, steps, critic, state, thr)
         axes[4].set(xlabel="steps", ylabel="max relative error", title="TIM error",
                     ylim=(0, None))
     else:
-        axes[4].text(0.5, 0.5, "no influence at all:\nTIM = "
-                               "0", ha="center", va="center")
+        axes[4].text(
+            0.5, 0.5, "no influence at all:\nTIM = 0", ha="center", va="center"
+        )
         axes[4].set_axis_off()
     plt.show()
 
