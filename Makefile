@@ -47,6 +47,7 @@ test-fast: venv
 
 lint: venv
 	$(BIN)/ruff check icmlbook tests
+	$(BIN)/ruff check --select E501 book
 
 execute: venv
 	@test -n "$(CH)" || (echo "usage: make execute CH=05" && exit 2)

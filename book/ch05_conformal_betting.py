@@ -97,8 +97,10 @@ TUNE_TOL = 0.015
 # one colour and line style per method, for every figure of the chapter
 STYLE = icmlbook.method_styles("KT", "ONS", "OGD", "SF-OGD")
 COLOURS = {name: style["color"] for name, style in STYLE.items()}
-print(f"tier {tier}: T = {cfg.T} steps per stream, {len(ALPHAS) * len(SCALES)} streams "
-      f"in the sweep, OGD grid of {cfg.eta_grid} learning rates")
+print(
+    f"tier {tier}: T = {cfg.T} steps per stream, {len(ALPHAS) * len(SCALES)} streams "
+    f"in the sweep, OGD grid of {cfg.eta_grid} learning rates"
+)
 
 # %% [markdown]
 # ## The idea in math
@@ -384,8 +386,10 @@ kt_wealth = kt_aci(base_scores, alpha, initial_wealth)[1]
 oracle = oracle_width(base_scores, segments, alpha)
 print(f"alpha = {alpha}, oracle mean width {oracle:.3f}")
 for name, r in showcase.items():
-    print(f"{name:<14} miscoverage {np.mean(base_scores > r):.4f}  "
-          f"width / oracle {mean_width(r) / oracle:.3f}")
+    print(
+        f"{name:<14} miscoverage {np.mean(base_scores > r):.4f}  width / oracle "
+        f"{mean_width(r) / oracle:.3f}"
+    )
 
 # %% tags=["hide-input"]
 fig, axes = plt.subplots(3, 1, figsize=(7, 6.4), sharex=True)
@@ -500,23 +504,21 @@ excess["OGD, tuned per stream"] = np.where(
 
 print(
     f"{'scale':>6} {'alpha':>5} | {'gap KT':>7} {'gap ONS':>7} {'gap SF':>7} | excess "
-    f"width: "
-    f"{'KT':>6} {'ONS':>6} {'SF-OGD':>6} {'OGD tuned':>9}"
+    f"width: {'KT':>6} {'ONS':>6} {'SF-OGD':>6} {'OGD tuned':>9}"
 )
 for b in range(len(scale_col)):
     print(
         f"{scale_col[b]:>6g} {alpha_col[b]:>5g} | {gap['KT'][b]:>7.4f} "
-        f"{gap['ONS'][b]:>7.4f} "
-        f"{gap['SF-OGD'][b]:>7.4f} | {'':>13} {excess['KT'][b]:>6.3f} "
-        f"{excess['ONS'][b]:>6.3f} "
-        f"{excess['SF-OGD'][b]:>6.3f} {excess['OGD, tuned per stream'][b]:>9.3f}"
+        f"{gap['ONS'][b]:>7.4f} {gap['SF-OGD'][b]:>7.4f} | {'':>13} "
+        f"{excess['KT'][b]:>6.3f} {excess['ONS'][b]:>6.3f} {excess['SF-OGD'][b]:>6.3f} "
+        f"{excess['OGD, tuned per stream'][b]:>9.3f}"
     )
 kt_vs_sf = float(np.max(excess["KT"] / excess["SF-OGD"]))
 kt_vs_tuned = float(np.max(excess["KT"] / excess["OGD, tuned per stream"]))
 print(
     f"worst stream: KT's excess width is {kt_vs_sf:.3f} x SF-OGD's and "
-    f"{kt_vs_tuned:.3f} x "
-    f"tuned OGD's; worst gap KT {gap['KT'].max():.4f}, SF-OGD {gap['SF-OGD'].max():.4f}"
+    f"{kt_vs_tuned:.3f} x tuned OGD's; worst gap KT {gap['KT'].max():.4f}, SF-OGD "
+    f"{gap['SF-OGD'].max():.4f}"
 )
 
 # %% [markdown]
@@ -603,8 +605,10 @@ axes[0].set_ylabel("radius / scale\n(100-step mean)")
 axes[0].legend(loc="upper left", ncol=2, fontsize=7)
 plt.show()
 for (scale, eta), (g, ratio) in fragility.items():
-    print(f"scale {scale:>6g}, OGD eta {eta:>6.3g}: miscoverage gap {g:.3f}, "
-          f"mean width {ratio:8.2f} x KT's")
+    print(
+        f"scale {scale:>6g}, OGD eta {eta:>6.3g}: miscoverage gap {g:.3f}, mean width "
+        f"{ratio:8.2f} x KT's"
+    )
 
 # %% [markdown]
 # ## Claims
@@ -636,10 +640,16 @@ C_CLOSED_FORM = 1e-12
 C_EQUIVARIANCE = 1e-9
 
 # %%
-run.claim("KT: validity at every scale with one setting", gap["KT"].max(), "<=", C_GAP,
-          "With eps = 1 on scores spanning four decades, KT's long-run miscoverage is "
-          "within C_GAP of alpha on every stream", versus="ablation",
-          against="OGD, the same gradients with a learning rate (next claim)")
+run.claim(
+    "KT: validity at every scale with one setting",
+    gap["KT"].max(),
+    "<=",
+    C_GAP,
+    "With eps = 1 on scores spanning four decades, KT's long-run miscoverage is within "
+    "C_GAP of alpha on every stream",
+    versus="ablation",
+    against="OGD, the same gradients with a learning rate (next claim)",
+)
 run.claim(
     "one OGD rate for all scales: width / KT",
     one_rate_ratio,
@@ -730,8 +740,10 @@ def kt_aci_wrong_sign(scores, alpha, eps=1.0):
 # it bets ever more against itself: the wealth overflows
 with np.errstate(over="ignore"):
     broken = kt_aci_wrong_sign(base_scores, 0.1)
-print(f"sign-flipped KT: miscoverage {np.mean(base_scores > broken):.3f} "
-      f"(target 0.1), gap {float(miscoverage_gap(base_scores, broken, 0.1)):.3f}")
+print(
+    f"sign-flipped KT: miscoverage {np.mean(base_scores > broken):.3f} (target 0.1), "
+    f"gap {float(miscoverage_gap(base_scores, broken, 0.1)):.3f}"
+)
 
 # %% [markdown]
 # ## Explore
