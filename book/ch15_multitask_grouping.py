@@ -98,8 +98,8 @@ run = icmlbook.start("15_multitask_grouping", tier=tier, seed=seed,
                                  rho=rho))
 icmlbook.use_style()
 cfg = run.pick(
-    smoke=dict(n_train=300, n_test=300, epochs=2, finetune=1, widget_n=200,
-               widget_epochs=2),
+    smoke=dict(n_train=200, n_test=200, epochs=2, finetune=1, widget_n=100,
+               widget_epochs=1),
     default=dict(n_train=2000, n_test=2000, epochs=15, finetune=5, widget_n=1000,
                  widget_epochs=15),
     full=dict(n_train=6000, n_test=5000, epochs=25, finetune=8, widget_n=1000,
