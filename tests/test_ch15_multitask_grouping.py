@@ -11,19 +11,22 @@ TRUTH = np.array([0, 0, 1, 1, 2, 2])
 RECIPE = dict(lr=0.01, epochs=15, finetune=5)  # the chapter's default recipe
 
 
-def splits(seed=0, sizes=(2000, 2000), mixed=True):
+def splits(seed=0, sizes=(2000, 2000), mixed=True, minor=0.2):
     return ch.make_splits(ch.GROUPS, ch.PER_GROUP, sizes, np.random.default_rng(seed),
-                          0.7, 0.2, mixed)
+                          0.7, minor, mixed)
 
 
 # -- the data (Eq. 1) ------------------------------------------------------------------
 def test_odd_and_even_tasks_of_a_group_are_uncorrelated():
-    (Y,) = [y for _, y in splits(sizes=(200_000,))[0]]
+    same = TRUTH[:, None] == TRUTH[None]
+    (Y,) = [y for _, y in splits(sizes=(200_000,), minor=0.0)[0]]
     A = ch.corr_affinity(Y)
-    for g in range(ch.GROUPS):
-        i, j = np.flatnonzero(TRUTH == g)
-        assert A[i, j] < 0.05  # population value: 0 up to the small own components
+    assert np.max(A[same & ~np.eye(6, dtype=bool)]) < 0.02  # population value: 0
     assert A[0, 2] > 0.3  # odd tasks of different groups: correlated through rho
+    (Y,) = [y for _, y in splits(sizes=(200_000,))[0]]
+    A = ch.corr_affinity(Y)  # with the own components, as in the chapter
+    assert (np.max(A[same & ~np.eye(6, dtype=bool)]) / np.max(A[~same])
+            <= ch.C_WITHIN)
     (Y,) = [y for _, y in splits(sizes=(20_000,), mixed=False)[0]]
     assert ch.corr_affinity(Y)[0, 1] > 0.8  # one function per group: correlated
 
@@ -210,7 +213,9 @@ def test_softmax_over_the_wrong_axis_fails_the_paper_claims(data, references, mo
 
     monkeypatch.setattr(ch, "gumbel_softmax", gumbel_softmax_dim0)
     claims = paper_claims(dmtg_measures(data), references)
-    assert not (claims["tag"] or claims["recovery"]), claims
+    # the argmax may still name the planted grouping, but the branches are not trained
+    # for it: the three error claims fail
+    assert not (claims["ablation"] or claims["tag"] or claims["corr"]), claims
 
 
 def test_lookahead_with_the_wrong_sign_misleads_tag(data):
