@@ -16,39 +16,52 @@
 # %% [markdown]
 # # One-shot differentiable multi-task grouping
 #
-# **Paper.** Yuan Gao, Shuguo Jiang, Moran Li, Jin-Gang Yu, Gui-Song Xia. *DMTG: One-Shot
-# Differentiable Multi-Task Grouping.* ICML 2024, PMLR 235.
+# **Paper.** Yuan Gao, Shuguo Jiang, Moran Li, Jin-Gang Yu, Gui-Song Xia. *DMTG:
+# One-Shot Differentiable Multi-Task Grouping.* ICML 2024, PMLR 235.
 # [OpenReview](https://openreview.net/forum?id=lcX5GbDIi8) ·
 # [arXiv:2407.05082](https://arxiv.org/abs/2407.05082) ·
-# authors' code: [ethanygao/DMTG](https://github.com/ethanygao/DMTG). Everything below is
-# written from scratch from the paper's description; we did not copy the authors' code.
+# authors' code: [ethanygao/DMTG](https://github.com/ethanygao/DMTG). Everything below
+# is written from scratch from the paper's description; we did not copy the authors'
+# code.
 #
-# **The problem.** Training many tasks in one network helps when the tasks are related and
-# hurts when they compete for the same capacity. *Task grouping* splits $N$ tasks into
-# groups, one network branch per group. The number of candidate groupings grows like the
-# Bell numbers, and the classical recipe is sequential: estimate (pairwise) task affinities
-# or train many candidate groupings, pick one, then train it.
+# **The problem.** Training many tasks in one network helps when the tasks are related
+# and hurts when they compete for the same capacity. *Task grouping* splits $N$ tasks
+# into groups, one network branch per group. The number of candidate groupings grows
+# like the Bell numbers, and the classical recipes are sequential: estimate pairwise
+# task affinities (from the targets, or from how a gradient step on one task changes
+# another's loss, as in TAG) or train many candidate groupings, pick one, then train
+# it.
 #
-# **The idea.** Make the grouping itself a learnable, relaxed categorical variable. Build
-# $K$ encoder branches, give every branch a head for every task ($KN$ heads), and weight
-# the loss of task $i$ on branch $k$ by a Gumbel-softmax sample $G_{ik}$ of a learnable
-# logit matrix $\Theta$. Weights and grouping are trained together, in one shot, with one
-# optimiser; at the end each task keeps the head of its most likely branch and the rest
-# is pruned away.
+# **The idea.** Make the grouping itself a learnable, relaxed categorical variable.
+# Build $K$ encoder branches, give every branch a head for every task ($KN$ heads), and
+# weight the loss of task $i$ on branch $k$ by a Gumbel-softmax sample $G_{ik}$ of a
+# learnable logit matrix $\Theta$. Weights and grouping are trained together, in one
+# shot, with one optimiser; at the end each task keeps the head of its most likely
+# branch and the rest is pruned away.
 #
-# **The claim.** One training run, whose cost is linear in $K$, finds a good grouping and
-# its weights, instead of a search whose cost grows with the number of groupings. We
-# check, on tasks with a planted group structure, that DMTG recovers the planted
-# grouping, that the grouped model is far better than one shared branch and as good as
-# the planted grouping, and that it costs a small fraction of the exhaustive search.
+# **The claim, and what this book changed.** One training run finds the grouping and
+# its weights, with no pairwise heuristic. We test it on six synthetic regression
+# tasks in three planted groups, where a group's two tasks are an odd and an even
+# function of one shared feature: their targets are *uncorrelated*, so clustering tasks
+# by the correlation of their targets is misled by construction, while a network that
+# learns the shared feature is not. On a second family, with one function per group,
+# correlation clustering does find the groups, and we say so. Against TAG-style
+# lookahead affinity (Fifty et al., 2021), the strongest pairwise baseline we know,
+# DMTG does not win on error here: both find the planted grouping, and DMTG's
+# advantage is cost. The changes against the paper: synthetic tasks instead of CelebA
+# and Taskonomy, small MLP branches with a width-1 bottleneck and small MLP heads, a
+# short fine-tuning of the pruned network (which the paper does, with a recipe the
+# authors did not release), and thresholds of our own, calibrated on our
+# implementation (the "Paper vs. this book" table lists them).
 
 # %% tags=["parameters"]
 tier = "default"  # smoke | default | full: size of the experiment
 seed = 0  # drives every random number in the chapter (data set and restarts)
 tau = 2.5  # Gumbel-softmax temperature (constant, as in the paper's CelebA setting)
 lr = 0.01  # one Adam learning rate for the weights AND the assignment logits
-restarts = 5  # independent DMTG runs (restarts) on the same data
+restarts = 3  # independent DMTG runs (restarts) on the same data
 minor = 0.2  # amplitude of each task's own (non-shared) component
+rho = 0.7  # cosine between the shared directions of different groups
 
 # %% tags=["validate"]
 from icmlbook import check_int, check_range, check_seed, check_tier
@@ -57,17 +70,18 @@ check_tier(tier)
 check_seed(seed)
 check_range("tau", tau, 0.05, 20.0)
 check_range("lr", lr, 1e-4, 0.1)
-check_int("restarts", restarts, 2, 20)
+check_int("restarts", restarts, 1, 20)
 check_range("minor", minor, 0.0, 1.0)
+check_range("rho", rho, 0.0, 0.95)
 
 # %% [markdown]
 # ## Setup
 #
 # Tiny models (a branch is a 32-unit MLP), so one CPU thread. The $K$ branches and the
-# $KN$ heads are stored as stacked tensors and evaluated with one `einsum` each, not as
-# $K$ separate modules (we measured about 15 times fewer
-# milliseconds per step that way). The tier sets the data size and the length of
-# training; the `full` tier is larger but still runs on the CPU (no GPU needed or used).
+# $KN$ heads are stored as stacked tensors and evaluated with one `einsum` each, not
+# as $K N$ separate modules. The tier sets the data size and the length of training;
+# the `full` tier is three times larger and takes a few minutes on the CPU (no GPU
+# needed or used).
 
 # %%
 import itertools
@@ -81,156 +95,164 @@ from torch import nn
 import icmlbook
 
 run = icmlbook.start("15_multitask_grouping", tier=tier, seed=seed,
-                     params=dict(tau=tau, lr=lr, restarts=restarts, minor=minor))
+                     params=dict(tau=tau, lr=lr, restarts=restarts, minor=minor,
+                                 rho=rho))
 icmlbook.use_style()
 cfg = run.pick(
-    smoke=dict(n_train=400, n_val=200, n_test=300, epochs=3, hard_restarts=2,
-               widget_n=200, widget_epochs=3),
-    default=dict(n_train=3000, n_val=1000, n_test=2000, epochs=20, hard_restarts=5,
-                 widget_n=600, widget_epochs=20),
-    full=dict(n_train=10000, n_val=3000, n_test=5000, epochs=40, hard_restarts=10,
-              widget_n=1500, widget_epochs=20),
+    smoke=dict(n_train=200, n_test=200, epochs=2, finetune=1, widget_n=100,
+               widget_epochs=1),
+    default=dict(n_train=2000, n_test=2000, epochs=15, finetune=5, widget_n=1000,
+                 widget_epochs=15),
+    full=dict(n_train=6000, n_test=5000, epochs=25, finetune=8, widget_n=1000,
+              widget_epochs=15),
 )
 D_IN = 8  # input dimension
 HIDDEN = 32  # hidden width of every branch
-BOTTLENECK = 1  # width r of a branch's output: one branch can serve one group's function
+BOTTLENECK = 1  # width r of a branch's output: one branch can carry one group's feature
+HEAD = 8  # hidden width of every task head
+SCALE = 1.5  # length of the shared directions u_g
 BATCH = 128  # mini-batch size
-GROUPS = (3, 3)  # planted structure of the main experiment: 2 groups of 3 tasks
-K_MAIN = 2  # branches of the main experiment
-print(f"tier {tier}: {cfg.n_train} training points, {cfg.epochs} epochs, "
-      f"{restarts} DMTG restarts, N = {sum(GROUPS)} tasks, K = {K_MAIN} branches")
-
-# %% [markdown]
-# ## The idea in math
-#
-# **Tasks with a planted group structure.** Each of $N$ regression tasks reads a shared
-# input $x \in \mathbb R^8$. Task $i$ belongs to a group $g(i)$, and the tasks of a group
-# share one nonlinear feature $\tanh(u_{g}^\top x)$; each task also has a small component
-# of its own:
-#
-# $$y_i = w_i \tanh\!\big(u_{g(i)}^\top x\big) + m \sin\!\big(v_i^\top x\big) + 0.1\,\epsilon,
-#   \qquad \epsilon \sim \mathcal N(0, 1). \tag{1}$$
-#
-# **Branches and heads.** Branch $k$ is an encoder $f_k : \mathbb R^8 \to \mathbb R^r$, and
-# every branch carries a linear head for every task, $h_{ki}(z) = a_{ki}^\top z + c_{ki}$:
-# $KN$ heads in all. The loss of task $i$ on branch $k$ is
-#
-# $$L_{ik} = \frac1B \sum_{b} \big(h_{ki}(f_k(x_b)) - y_{bi}\big)^2 . \tag{2}$$
-#
-# With a bottleneck of width $r = 1$ a branch can represent one group's feature
-# $\tanh(u_g^\top x)$ and no more: tasks of different groups sharing a branch *compete*,
-# tasks of one group *cooperate*. That is what makes the grouping matter here.
-#
-# **The relaxed assignment.** A logit matrix $\Theta \in \mathbb R^{N \times K}$ (zeros at
-# the start: every grouping equally likely) defines a categorical distribution over
-# branches for each task. Its Gumbel-softmax relaxation draws, at every step,
-#
-# $$G_{ik} = \frac{\exp\big((\Theta_{ik} + \gamma_{ik})/\tau\big)}
-#   {\sum_{k'} \exp\big((\Theta_{ik'} + \gamma_{ik'})/\tau\big)}, \qquad
-#   \gamma_{ik} = -\log(-\log U_{ik}),\ U_{ik} \sim \mathcal U(0, 1). \tag{3}$$
-#
-# Each row of $G$ is a point of the simplex, close to a corner when $\tau$ is small.
-#
-# **One objective for everything.** The weights of branches and heads and the logits
-# $\Theta$ minimise, with one optimiser,
-#
-# $$\mathcal L(\text{weights}, \Theta) = \sum_{i=1}^{N} \sum_{k=1}^{K} G_{ik}\, L_{ik}. \tag{4}$$
-#
-# The gradient with respect to $\Theta_{i\cdot}$ moves task $i$'s probability toward the
-# branches where its loss is low; the gradient with respect to a branch's weights is
-# its tasks' losses weighted by how much they currently belong to it. Tasks that help
-# each other end up on the same branch.
-#
-# **Pruning.** At the end, task $i$ goes to $k^*(i) = \arg\max_k \Theta_{ik}$; every
-# other head, and every branch left without a task, is deleted:
-#
-# $$\hat y_i(x) = h_{k^*(i)\,i}\big(f_{k^*(i)}(x)\big). \tag{5}$$
-#
-# **The search it replaces.** The groupings of $N$ tasks into at most $K$ non-empty
-# groups number
-#
-# $$\#\text{groupings}(N, K) = \sum_{j=1}^{K} S(N, j), \tag{6}$$
-#
-# with $S$ the Stirling numbers of the second kind: 32 for $N = 6$, $K = 2$; 122 for
-# $K = 3$; 4 140 for $N = 10$, $K = 4$. Exhaustive search trains every one of them.
-# DMTG trains one model with $K$ branches, whatever the number of groupings.
+GROUPS, PER_GROUP = 3, 2  # planted structure: 3 groups of 2 tasks (an odd and an even)
+K_MAIN = 3  # branches
+STYLE = icmlbook.method_styles("DMTG", "TAG lookahead affinity", "|corr| clustering",
+                               "planted grouping", "one shared branch",
+                               "assignment not learned")
+print(f"tier {tier}: {cfg.n_train} training points, {cfg.epochs} + {cfg.finetune} "
+      f"epochs, {restarts} DMTG restarts, N = {GROUPS * PER_GROUP} tasks, "
+      f"K = {K_MAIN} branches")
 
 # %% [markdown]
 # ## From scratch
 #
-# **The data (Eq. 1).** The shared directions $u_g$ are random unit vectors scaled by
-# 1.5, the weights $w_i = \pm\,\mathcal U(0.7, 1.3)$ (so tasks of one group may be
-# anti-correlated: grouping by correlation *sign* would not find them), and $v_i$ is a
-# random direction per task. Targets are standardised with the training set's moments.
+# ### Tasks with a planted group structure
+#
+# Each of $N$ regression tasks reads a shared input $x \in \mathbb R^8$. Task $i$
+# belongs to a group $g(i)$ and reads that group's projection $s_{g} = u_{g}^\top x$
+# through a function $\phi_i$ of its own, plus a small component of its own:
+#
+# $$y_i = w_i\, \phi_i\big(u_{g(i)}^\top x\big) + m \sin\!\big(v_i^\top x\big)
+#   + 0.1\,\epsilon, \qquad \phi_i \in \{\tanh,\ \tanh^2\},
+#   \quad \epsilon \sim \mathcal N(0, 1). \tag{1}$$
+#
+# In the main family every group has one odd task ($\tanh$) and one even task
+# ($\tanh^2$). Since $s_g$ is a centred Gaussian, an odd and an even function of it are
+# uncorrelated: but for their small own components, the two tasks of a group are
+# uncorrelated. The
+# directions of different groups have cosine $\rho$ = `rho` between them, so the odd
+# tasks of *different* groups are correlated, and so are the even ones. In the
+# same-function family every $\phi_i = \tanh$ and the tasks of a group are strongly
+# correlated. The weights are $w_i = \pm\,\mathcal U(0.7, 1.3)$, $v_i$ is a random
+# direction per task, $m$ = `minor`, and targets are standardised with the training
+# set's moments.
 
 # %%
-def task_coefficients(group_sizes, rng, d=D_IN):
-    """The random coefficients of Eq. 1: shared directions u_g, weights w_i, own directions v_i."""
-    G, N = len(group_sizes), sum(group_sizes)
-    U = rng.standard_normal((G, d))
-    U = 1.5 * U / np.linalg.norm(U, axis=1, keepdims=True)
+def task_coefficients(n_groups, per_group, rho, rng, mixed=True, d=D_IN):
+    """Eq. 1's coefficients: directions u_g (pairwise cosine rho), which tasks are even,
+    the weights w_i and the own directions v_i."""
+    gram = np.full((n_groups, n_groups), rho) + (1 - rho) * np.eye(n_groups)
+    basis = np.linalg.qr(rng.standard_normal((d, d)))[0][:n_groups]
+    U = SCALE * np.linalg.cholesky(gram) @ basis
+    N = n_groups * per_group
+    even = (np.arange(N) % per_group) % 2 == 1 if mixed else np.zeros(N, bool)
     w = rng.choice([-1.0, 1.0], N) * rng.uniform(0.7, 1.3, N)
     V = rng.standard_normal((N, d)) / np.sqrt(d)
-    return dict(U=U, w=w, V=V, truth=np.repeat(np.arange(G), group_sizes))
+    truth = np.repeat(np.arange(n_groups), per_group)
+    return dict(U=U, even=even, w=w, V=V, truth=truth)
 
 
 def sample_tasks(n, coef, rng, minor=0.2, noise=0.1):
-    """n inputs x ~ N(0, I) and the targets of Eq. 1 for every task: X (n, d), Y (n, N)."""
+    """n inputs x ~ N(0, I) and Eq. 1's targets for every task: X (n, d), Y (n, N)."""
     X = rng.standard_normal((n, coef["U"].shape[1]))
-    Y = (coef["w"] * np.tanh(X @ coef["U"][coef["truth"]].T)
-         + minor * np.sin(X @ coef["V"].T)
-         + noise * rng.standard_normal((n, len(coef["w"]))))
+    s = X @ coef["U"][coef["truth"]].T  # u_g(i)^T x, one column per task
+    phi = np.where(coef["even"], np.tanh(s) ** 2, np.tanh(s))
+    Y = (coef["w"] * phi + minor * np.sin(X @ coef["V"].T)
+         + noise * rng.standard_normal(s.shape))
     return X.astype(np.float32), Y.astype(np.float32)
 
 
-def make_splits(group_sizes, sizes, rng, minor=0.2):
-    """Train/validation/test splits of one planted task family, standardised by train moments."""
-    coef = task_coefficients(group_sizes, rng)
+def make_splits(n_groups, per_group, sizes, rng, rho=0.7, minor=0.2, mixed=True):
+    """Splits of one planted task family, standardised by the training moments."""
+    coef = task_coefficients(n_groups, per_group, rho, rng, mixed)
     splits = [sample_tasks(n, coef, rng, minor) for n in sizes]
     mu, sd = splits[0][1].mean(0), splits[0][1].std(0)
     return [(X, (Y - mu) / sd) for X, Y in splits], coef["truth"]
 
 
 # %% [markdown]
-# **Branches and heads (Eq. 2).** All $K$ branches and all $KN$ heads live in one module
-# as stacked weights. The branches are initialised independently (the authors' code
-# deep-copies one initialised branch $K$ times, so that only the Gumbel noise breaks the
-# symmetry at first; independent initialisation is simpler at this scale, and we say so).
+# ### Branches and heads
+#
+# Branch $k$ is an encoder $f_k : \mathbb R^8 \to \mathbb R^r$, and every branch
+# carries a head for every task, a one-hidden-layer MLP $h_{ki} : \mathbb R^r \to
+# \mathbb R$: $KN$ heads in all. The loss of task $i$ on branch $k$ is
+#
+# $$L_{ik} = \frac1B \sum_{b} \big(h_{ki}(f_k(x_b)) - y_{bi}\big)^2 . \tag{2}$$
+#
+# With a bottleneck of width $r = 1$ a branch can carry one group's feature $s_g$ and
+# no more; a nonlinear head can then read both $\tanh(s_g)$ and $\tanh^2(s_g)$ from
+# it. Tasks of different groups sharing a branch *compete*, tasks of one group
+# *cooperate*, whether or not their targets are correlated. The branches are
+# initialised independently (the authors' code deep-copies one initialised branch
+# $K$ times, so that only the Gumbel noise breaks the symmetry at first; independent
+# initialisation is simpler at this scale).
 
 # %%
-class GroupedBranches(nn.Module):
-    """K encoder branches x -> tanh MLP -> R^r, each with a linear head per task (K*N heads).
+def init(*shape, fan_in):
+    """PyTorch's default Linear initialisation, for a stack of layers."""
+    return nn.Parameter((2 * torch.rand(*shape) - 1) / fan_in**0.5)
 
-    forward(x) returns every head's prediction, shape (batch, N, K): prediction of task i
-    by head (k, i) on branch k.
+
+class GroupedBranches(nn.Module):
+    """K encoder branches x -> tanh MLP -> R^r, each with an MLP head per task (K*N).
+
+    forward(x) returns every head's prediction, shape (batch, N, K): the prediction
+    of task i by head (k, i) on branch k.
     """
 
-    def __init__(self, d_in, K, N, hidden=HIDDEN, r=BOTTLENECK):
+    def __init__(self, d_in, K, N, hidden=HIDDEN, r=BOTTLENECK, head=HEAD):
         super().__init__()
-
-        def init(*shape, fan_in):  # PyTorch's default Linear initialisation
-            return nn.Parameter((2 * torch.rand(*shape) - 1) / fan_in ** 0.5)
-
-        self.W1, self.b1 = init(K, d_in, hidden, fan_in=d_in), init(K, hidden, fan_in=d_in)
+        self.W1 = init(K, d_in, hidden, fan_in=d_in)
+        self.b1 = init(K, hidden, fan_in=d_in)
         self.W2, self.b2 = init(K, hidden, r, fan_in=hidden), init(K, r, fan_in=hidden)
-        self.A, self.c = init(K, N, r, fan_in=r), init(K, N, fan_in=r)  # the K*N heads
+        self.A1, self.a1 = init(K, N, r, head, fan_in=r), init(K, N, head, fan_in=r)
+        self.A2, self.a2 = init(K, N, head, fan_in=head), init(K, N, fan_in=head)
+
+    def encoder(self):
+        return [self.W1, self.b1, self.W2, self.b2]
+
+    def encode(self, x, params=None):
+        """f_k(x) for every branch, shape (K, batch, r); params replaces the encoder."""
+        W1, b1, W2, b2 = params or self.encoder()
+        h = torch.tanh(torch.einsum("bd,kdh->kbh", x, W1) + b1[:, None])
+        return torch.einsum("kbh,khr->kbr", h, W2) + b2[:, None]
+
+    def heads(self, z):
+        """h_ki(z_k) for every head, shape (batch, N, K)."""
+        a = torch.einsum("kbr,knrh->bnkh", z, self.A1) + self.a1.transpose(0, 1)
+        return torch.einsum("bnkh,knh->bnk", torch.tanh(a), self.A2) + self.a2.T
 
     def forward(self, x):
-        h = torch.tanh(torch.einsum("bd,kdh->kbh", x, self.W1) + self.b1[:, None])
-        z = torch.einsum("kbh,khr->kbr", h, self.W2) + self.b2[:, None]  # f_k(x)
-        return torch.einsum("kbr,knr->bnk", z, self.A) + self.c.T[None]  # h_ki(f_k(x))
+        return self.heads(self.encode(x))
 
 
 def branch_losses(pred, y):
-    """Eq. 2: L[i, k], the mean squared error of task i's head on branch k. pred (B, N, K)."""
+    """Eq. 2: L[i, k], the mean squared error of task i's head on branch k."""
     return ((pred - y[:, :, None]) ** 2).mean(0)
 
 
 # %% [markdown]
-# **The relaxed assignment (Eq. 3), the objective (Eq. 4) and pruning (Eq. 5).** The
-# Gumbel noise comes from an explicit generator, so a run is reproducible. Samples are
-# soft during training ($\tau$ constant, as in the authors' configurations: there is no
-# annealing), and the argmax is used at the end.
+# ### The relaxed assignment
+#
+# A logit matrix $\Theta \in \mathbb R^{N \times K}$ (zeros at the start: every
+# grouping equally likely) defines a categorical distribution over branches for each
+# task. Its Gumbel-softmax relaxation draws, at every step,
+#
+# $$G_{ik} = \frac{\exp\big((\Theta_{ik} + \gamma_{ik})/\tau\big)}
+#   {\sum_{k'} \exp\big((\Theta_{ik'} + \gamma_{ik'})/\tau\big)}, \qquad
+#   \gamma_{ik} = -\log(-\log U_{ik}),\ U_{ik} \sim \mathcal U(0, 1). \tag{3}$$
+#
+# Each row of $G$ is a point of the simplex, close to a corner when $\tau$ is small.
+# The noise comes from an explicit generator, so a run is reproducible; samples are
+# soft during training and $\tau$ is constant, as in the authors' configurations.
 
 # %%
 def gumbel_softmax(theta, tau, generator=None):
@@ -240,55 +262,90 @@ def gumbel_softmax(theta, tau, generator=None):
     return torch.softmax((theta + gumbel) / tau, dim=-1)
 
 
+# %% [markdown]
+# ### One objective for everything
+#
+# The weights of branches and heads and the logits $\Theta$ minimise, with one
+# optimiser,
+#
+# $$\mathcal L(\text{weights}, \Theta) = \sum_{i=1}^{N} \sum_{k=1}^{K} G_{ik}\,
+#   L_{ik}. \tag{4}$$
+#
+# The gradient with respect to $\Theta_{i\cdot}$ moves task $i$'s probability toward
+# the branches where its loss is low; the gradient with respect to a branch's weights
+# is its tasks' losses weighted by how much they currently belong to it. Tasks that
+# help each other end up on the same branch, and the branch is trained for them.
+
+# %%
 def dmtg_loss(L, G):
     """Eq. 4: every task's loss on every branch, weighted by its relaxed assignment."""
     return (G * L).sum()
 
 
+# %% [markdown]
+# ### Pruning
+#
+# At the end, task $i$ goes to $k^*(i) = \arg\max_k \Theta_{ik}$; every other head,
+# and every branch left without a task, is deleted:
+#
+# $$\hat y_i(x) = h_{k^*(i)\,i}\big(f_{k^*(i)}(x)\big). \tag{5}$$
+#
+# The paper then fine-tunes the pruned network; we do too, for a few epochs with the
+# grouping fixed.
+
+# %%
 def prune(theta):
-    """Eq. 5: the branch kept by each task, argmax_k theta[i, k] (an array of N labels)."""
+    """Eq. 5: the branch kept by each task, argmax_k theta[i, k] (N labels)."""
     return np.asarray(theta).argmax(axis=1)
 
 
 @torch.no_grad()
 def pruned_mse(model, grouping, X, Y):
-    """Mean over tasks of the test MSE of the pruned network (Eq. 5): N heads out of K*N."""
+    """Mean over tasks of the MSE of the pruned network (Eq. 5): N heads of K*N."""
     pred = model(torch.as_tensor(X))
-    N = pred.shape[1]
-    kept = pred[:, torch.arange(N), torch.as_tensor(np.asarray(grouping))]
+    kept = pred[:, torch.arange(pred.shape[1]), torch.as_tensor(np.asarray(grouping))]
     return float(((kept - torch.as_tensor(Y)) ** 2).mean())
 
 
+@torch.no_grad()
+def best_heads(model, X, Y):
+    """Each task's branch whose head has the lowest loss (the ablation's pruning)."""
+    L = branch_losses(model(torch.as_tensor(X)), torch.as_tensor(Y))
+    return L.argmin(1).numpy()
+
+
 # %% [markdown]
-# **Training.** One loop serves DMTG and every baseline. With `grouping=None` it is DMTG:
-# $\Theta$ is a parameter and $G$ is drawn by Eq. 3 at every step. With a fixed grouping
-# $G$ is that grouping's one-hot matrix and $\Theta$ is not used: this trains a grouping
-# chosen in advance (the planted one, one shared branch, one branch per task, or any
-# candidate of the exhaustive search). Everything shares one Adam optimiser and one
-# learning rate, as in the paper: the assignment must not commit faster than the
-# branches specialise.
+# ### Training
+#
+# One loop serves DMTG, its ablation and every fixed grouping. With `grouping=None` it
+# is DMTG: $\Theta$ is a parameter and $G$ is drawn by Eq. 3 at every step. With
+# `learn_theta=False` it is the ablation: the same network and the same Gumbel noise,
+# but $\Theta$ stays at zero, so every branch is trained on every task with random
+# weights, and each task finally keeps the head with the lowest training loss. With a
+# fixed grouping $G$ is that grouping's one-hot matrix: this trains a grouping chosen
+# in advance, or fine-tunes a pruned network (`model=`). Everything shares one Adam
+# optimiser and one learning rate, as in the paper: the assignment must not commit
+# faster than the branches specialise.
 
 # %%
-def train_grouped(X, Y, K, grouping=None, tau=2.5, lr=0.01, epochs=20, batch=BATCH, seed=0,
-                  loss_fn=dmtg_loss, theta_lr=None):
-    """Train K branches with K*N heads; DMTG (grouping=None) or a fixed grouping.
+def train_grouped(X, Y, K, grouping=None, *, tau=2.5, lr=0.01, epochs=15,
+                  batch=BATCH, seed=0, r=BOTTLENECK, learn_theta=True, model=None,
+                  loss_fn=dmtg_loss):
+    """Train K branches with K*N heads: DMTG (grouping=None) or a fixed grouping.
 
-    theta_lr: a separate learning rate for theta (None: the same as the weights, the paper's
-    choice). Returns (model, grouping, history): history[e] is softmax(theta) after epoch e.
+    Returns (model, grouping, history): history[e] is softmax(theta) after epoch e.
     """
     gen = torch.Generator().manual_seed(seed)
     torch.manual_seed(seed)
     X, Y = torch.as_tensor(X), torch.as_tensor(Y)
     n, N = Y.shape
-    model = GroupedBranches(X.shape[1], K, N)
+    model = GroupedBranches(X.shape[1], K, N, r=r) if model is None else model
     theta = nn.Parameter(torch.zeros(N, K))  # uniform over branches at the start
     fixed = None
     if grouping is not None:
         fixed = nn.functional.one_hot(torch.as_tensor(np.asarray(grouping)), K).float()
-    groups = [dict(params=list(model.parameters()))]
-    if fixed is None:
-        groups.append(dict(params=[theta], lr=lr if theta_lr is None else theta_lr))
-    opt = torch.optim.Adam(groups, lr=lr)
+    learned = fixed is None and learn_theta
+    opt = torch.optim.Adam(list(model.parameters()) + [theta] * learned, lr=lr)
     history = []
     for _ in range(epochs):
         perm = torch.randperm(n, generator=gen)
@@ -301,16 +358,44 @@ def train_grouped(X, Y, K, grouping=None, tau=2.5, lr=0.01, epochs=20, batch=BAT
             loss.backward()
             opt.step()
         history.append(torch.softmax(theta.detach(), -1).numpy().copy())
-    final = np.asarray(grouping) if fixed is not None else prune(theta.detach().numpy())
+    if fixed is not None:
+        final = np.asarray(grouping)
+    else:
+        final = prune(theta.detach()) if learn_theta else best_heads(model, X, Y)
     return model, final, np.array(history)
 
 
+def dmtg(X, Y, K, *, epochs, finetune, seed, test, **kw):
+    """One DMTG run: the one-shot grouping stage, pruning, then a short fine-tuning.
+
+    pruned_test_mse is measured on `test` before the fine-tuning, test_mse after it."""
+    t0 = time.perf_counter()
+    model, grouping, history = train_grouped(X, Y, K, epochs=epochs, seed=seed, **kw)
+    t_pruned = time.perf_counter() - t0
+    pruned = pruned_mse(model, grouping, *test)
+    t0 = time.perf_counter()
+    kw = {k: v for k, v in kw.items() if k in ("lr", "batch", "r")}
+    train_grouped(X, Y, K, grouping, model=model, epochs=finetune, seed=seed, **kw)
+    return dict(model=model, grouping=grouping, history=history, pruned_test_mse=pruned,
+                seconds=t_pruned + time.perf_counter() - t0,
+                train_mse=pruned_mse(model, grouping, X, Y),
+                test_mse=pruned_mse(model, grouping, *test))
+
+
 # %% [markdown]
-# **Comparing groupings.** Branch labels are arbitrary, so a grouping is compared with
-# the truth up to a relabelling: the number of *misassigned tasks* is the fewest tasks
-# that must move to turn one partition into the other (0 means identical). The
-# exhaustive search enumerates Eq. 6's groupings in a canonical form (the first task is
-# in group 0, the next new group is 1, and so on).
+# ### Groupings
+#
+# Branch labels are arbitrary, so a grouping is compared with the truth up to a
+# relabelling: the number of *misassigned tasks* is the fewest tasks that must move to
+# turn one partition into the other (0 means identical). The groupings of $N$ tasks
+# into at most $K$ non-empty groups number
+#
+# $$\#\text{groupings}(N, K) = \sum_{j=1}^{K} S(N, j), \tag{6}$$
+#
+# with $S$ the Stirling numbers of the second kind: 32 for $N = 6$, $K = 2$; 122 for
+# $K = 3$; 4 140 for $N = 10$, $K = 4$. An exhaustive search trains every one of them;
+# DMTG trains one network with $K$ branches, whatever their number. We enumerate them
+# in a canonical form (the first task is in group 0, the next new group is 1, ...).
 
 # %%
 def canonical(grouping):
@@ -322,229 +407,362 @@ def canonical(grouping):
 def misassigned(grouping, truth):
     """Fewest tasks to move so that `grouping` equals `truth` up to relabelling."""
     a, b = canonical(grouping), canonical(truth)
-    labels_a, labels_b = range(max(a) + 1), range(max(b) + 1)
-    n = max(len(labels_a), len(labels_b))
+    n = max(max(a), max(b)) + 1
     best = 0
-    for perm in itertools.permutations(range(n), len(labels_a)):
+    for perm in itertools.permutations(range(n), max(a) + 1):
         best = max(best, sum(perm[x] == y for x, y in zip(a, b)))
     return len(a) - best
 
 
 def all_groupings(N, K):
-    """Eq. 6: every partition of N tasks into at most K non-empty groups, canonical form."""
+    """Eq. 6: every partition of N tasks into at most K non-empty groups."""
     return sorted({canonical(lab) for lab in itertools.product(range(K), repeat=N)})
 
 
-def exhaustive_search(train, val, K, **train_kw):
-    """Train every grouping of Eq. 6 and score it on the validation split.
+# %% [markdown]
+# ### The baselines: grouping by pairwise affinity
+#
+# The sequential recipe the paper argues against measures an affinity $A_{ij}$ between
+# every pair of tasks, picks the grouping that puts high-affinity pairs together, and
+# then trains that grouping. We give it two affinities.
+#
+# *Target correlation*, $A_{ij} = |\mathrm{corr}(y_i, y_j)|$ on the training set: free,
+# and a natural first try.
+#
+# *Lookahead affinity* (TAG, Fifty et al., 2021): train one shared branch with all $N$
+# heads and, at every step $t$, measure how a gradient step on task $i$ alone, applied
+# to the shared encoder $\theta_s$, changes the loss of task $j$,
+#
+# $$Z_{i \to j} = \mathbb E_t \left[1 - \frac{L_j\big(\theta_s^t - \eta
+#   \nabla_{\theta_s} L_i(\theta_s^t),\ \theta_j^t\big)}{L_j(\theta_s^t,\ \theta_j^t)}
+#   \right]. \tag{7}$$
+#
+# A positive $Z_{i \to j}$ means task $i$'s gradient helps task $j$. The shared
+# encoder is one DMTG branch (the same width-1 bottleneck), $\eta$ is the learning
+# rate, and the affinity is averaged over all steps of a training as long as DMTG's
+# grouping stage.
 
-    Returns a list of (validation MSE, grouping, seconds) and the total seconds.
-    """
-    results, t0 = [], time.perf_counter()
-    for g in all_groupings(train[1].shape[1], K):
-        t = time.perf_counter()
-        model, _, _ = train_grouped(*train, max(g) + 1, grouping=g, **train_kw)
-        results.append((pruned_mse(model, g, *val), g, time.perf_counter() - t))
-    return results, time.perf_counter() - t0
+# %%
+def corr_affinity(Y):
+    """|corr(y_i, y_j)| of the training targets."""
+    return np.abs(np.corrcoef(np.asarray(Y).T))
+
+
+def lookahead_affinity(X, Y, *, lr=0.01, epochs=15, batch=BATCH, seed=0, r=BOTTLENECK):
+    """Eq. 7: TAG's affinity Z[i, j], averaged over the training of a shared branch."""
+    gen = torch.Generator().manual_seed(seed)
+    torch.manual_seed(seed)
+    X, Y = torch.as_tensor(X), torch.as_tensor(Y)
+    n, N = Y.shape
+    model = GroupedBranches(X.shape[1], 1, N, r=r)
+    opt = torch.optim.Adam(model.parameters(), lr=lr)
+    Z, steps = np.zeros((N, N)), 0
+    for _ in range(epochs):
+        perm = torch.randperm(n, generator=gen)
+        for start in range(0, n, batch):
+            x, y = X[perm[start:start + batch]], Y[perm[start:start + batch]]
+            L = branch_losses(model(x), y)[:, 0]
+            for i in range(N):
+                grads = torch.autograd.grad(L[i], model.encoder(), retain_graph=True)
+                with torch.no_grad():
+                    ahead = [p - lr * g for p, g in zip(model.encoder(), grads)]
+                    L_ahead = branch_losses(model.heads(model.encode(x, ahead)), y)
+                    Z[i] += (1 - L_ahead[:, 0] / L.detach()).numpy()
+            steps += 1
+            opt.zero_grad()
+            L.sum().backward()
+            opt.step()
+    return Z / steps
+
+
+# %% [markdown]
+# Given an affinity, the grouping into $K$ groups follows TAG's selection score: each
+# task scores the mean affinity onto it from the other members of its group, and the
+# grouping with the largest total score wins (TAG also lets a task be trained in
+# several groups and served by the best one; we keep groups disjoint, as DMTG's are),
+#
+# $$\hat g = \arg\max_{g \text{ with } K \text{ groups}} \sum_{j=1}^{N}
+#   \frac{1}{|g(j)| - 1} \sum_{i \in g(j),\, i \ne j} A_{ij}, \tag{8}$$
+#
+# with a task alone in its group scoring zero. We search all groupings into exactly
+# $K$ groups: a user who has $K$ branches uses them all (with "at most $K$" groups,
+# a non-negative affinity such as $|\mathrm{corr}|$ would merge everything).
+
+# %%
+def group_by_affinity(A, K):
+    """Eq. 8: the grouping into exactly K groups with the largest total affinity."""
+    N, best, best_score = len(A), None, -np.inf
+    for g in all_groupings(N, K):
+        g = np.array(g)
+        if g.max() + 1 < K:
+            continue
+        same = (g[:, None] == g[None]) & ~np.eye(N, dtype=bool)
+        score = np.sum((A * same).sum(0) / np.maximum(same.sum(0), 1))
+        if score > best_score + 1e-12:
+            best, best_score = g, score
+    return best
 
 
 # %% [markdown]
 # ## The experiment
 #
-# Six tasks in two planted groups of three, $K = 2$ branches. We train:
+# Six tasks in three planted groups of an odd and an even task, $K = 3$ branches.
+# Every method gets the same data and the same number of epochs to train its final
+# network, `epochs + finetune`:
 #
-# * **DMTG**, `restarts` times (different initialisations and Gumbel noise, same data),
-#   and also pick the restart with the lowest *training* loss of its pruned network: the
-#   cheap model selection a practitioner would do;
-# * **planted grouping**: the true groups, fixed (the oracle);
-# * **one shared branch**: all tasks on one branch, plain multi-task learning;
-# * **one branch per task**: $K = N$, single-task learning at six times the encoder cost;
-# * **exhaustive search**: all 32 groupings of Eq. 6, each trained like the oracle and
-#   scored on a validation split, timed one after another.
+# * **DMTG**, `restarts` times (different initialisations and Gumbel noise, same data):
+#   `epochs` epochs of Eq. 4, pruning, `finetune` epochs of the pruned network;
+# * **TAG lookahead affinity**: `epochs` epochs of a shared branch to measure Eq. 7,
+#   the grouping of Eq. 8, then that grouping trained for `epochs + finetune` epochs
+#   (TAG gets more training in total than DMTG);
+# * **|corr| clustering**: Eq. 8 on the target correlations, then that grouping
+#   trained like TAG's;
+# * **assignment not learned** (the ablation): DMTG's network and schedule with
+#   $\Theta$ frozen at zero, each task keeping its best head;
+# * **planted grouping** (the oracle) and **one shared branch** (plain multi-task
+#   learning), trained like TAG's grouping.
+#
+# We report the DMTG restart with the lowest training loss (the cheap model selection
+# a practitioner would do) and the median restart (what one run typically gives).
 
 # %%
 rng = np.random.default_rng(seed)
-(train, val, test), truth = make_splits(GROUPS, (cfg.n_train, cfg.n_val, cfg.n_test), rng, minor)
+(train, test), truth = make_splits(GROUPS, PER_GROUP, (cfg.n_train, cfg.n_test), rng,
+                                   rho, minor)
 n_tasks = len(truth)
-common = dict(tau=tau, lr=lr, epochs=cfg.epochs)
+budget = cfg.epochs + cfg.finetune  # epochs of every final network
+recipe = dict(lr=lr, epochs=budget, seed=1000 * seed)
 
 dmtg_runs = []
 for r in icmlbook.progress(range(restarts), desc="DMTG restarts"):
-    t0 = time.perf_counter()
-    model, grouping, history = train_grouped(*train, K_MAIN, seed=1000 * seed + r, **common)
-    dmtg_runs.append(dict(model=model, grouping=grouping, history=history,
-                          seconds=time.perf_counter() - t0,
-                          train_mse=pruned_mse(model, grouping, *train),
-                          test_mse=pruned_mse(model, grouping, *test),
-                          wrong=misassigned(grouping, truth)))
+    d = dmtg(*train, K_MAIN, tau=tau, lr=lr, epochs=cfg.epochs, finetune=cfg.finetune,
+             seed=1000 * seed + r, test=test)
+    dmtg_runs.append(dict(d, wrong=misassigned(d["grouping"], truth)))
 best = min(dmtg_runs, key=lambda d: d["train_mse"])
+dmtg_median = float(np.median([d["test_mse"] for d in dmtg_runs]))
 dmtg_seconds = float(np.mean([d["seconds"] for d in dmtg_runs]))
 
-baselines = {}
-for name, K, g in [("planted grouping", len(GROUPS), truth),
-                   ("one shared branch", 1, np.zeros(n_tasks, int)),
-                   ("one branch per task", n_tasks, np.arange(n_tasks))]:
-    model, _, _ = train_grouped(*train, K, grouping=g, seed=1000 * seed, **common)
-    baselines[name] = pruned_mse(model, g, *test)
+
+def fixed_grouping_mse(grouping):
+    """Test MSE of a grouping chosen in advance, trained for the full budget."""
+    g = canonical(grouping)
+    model, _, _ = train_grouped(*train, max(g) + 1, g, **recipe)
+    return pruned_mse(model, g, *test)
+
+
+t0 = time.perf_counter()
+Z_tag = lookahead_affinity(*train, lr=lr, epochs=cfg.epochs, seed=1000 * seed)
+g_tag = group_by_affinity(Z_tag, K_MAIN)
+mse = {"TAG lookahead affinity": fixed_grouping_mse(g_tag)}
+tag_seconds = time.perf_counter() - t0
+A_corr = corr_affinity(train[1])
+groupings = {"TAG lookahead affinity": g_tag,
+             "|corr| clustering": group_by_affinity(A_corr, K_MAIN),
+             "planted grouping": truth, "one shared branch": np.zeros(n_tasks, int)}
+for name in ("|corr| clustering", "planted grouping", "one shared branch"):
+    mse[name] = fixed_grouping_mse(groupings[name])
+
+frozen, g_frozen, _ = train_grouped(*train, K_MAIN, tau=tau, lr=lr, epochs=cfg.epochs,
+                                    seed=1000 * seed, learn_theta=False)
+groupings["assignment not learned"] = g_frozen
+frozen_pruned_mse = pruned_mse(frozen, g_frozen, *test)
+train_grouped(*train, K_MAIN, g_frozen, model=frozen, lr=lr, epochs=cfg.finetune,
+              seed=1000 * seed)
+mse["assignment not learned"] = pruned_mse(frozen, g_frozen, *test)
+dmtg_pruned_mse = float(np.median([d["pruned_test_mse"] for d in dmtg_runs]))
 
 for r, d in enumerate(dmtg_runs):
-    print(f"DMTG restart {r}: grouping {canonical(d['grouping'])}, misassigned {d['wrong']}, "
-          f"train MSE {d['train_mse']:.3f}, test MSE {d['test_mse']:.3f}, {d['seconds']:.2f} s")
-print(f"planted grouping {canonical(truth)}")
+    print(f"DMTG restart {r}: grouping {canonical(d['grouping'])}, misassigned "
+          f"{d['wrong']}, train MSE {d['train_mse']:.3f}, "
+          f"test MSE {d['test_mse']:.3f}, {d['seconds']:.2f} s")
+for name, g in groupings.items():
+    print(f"{name:<24} grouping {canonical(g)}, misassigned {misassigned(g, truth)}")
 
 # %% [markdown]
-# How the assignment commits: the probability $\mathrm{softmax}(\Theta_{i\cdot})$ of
-# each task's branch, epoch by epoch, for every restart. The tasks of the first planted
-# group are drawn solid, those of the second dashed. Starting from one half, the tasks
-# of one group drift together to the same branch.
+# The affinities the two baselines see, next to those of the same-function family
+# (the same directions $u_g$, every $\phi_i = \tanh$). With one function per group the
+# target correlation shows the three groups as bright blocks on the diagonal; with an
+# odd and an even task per group the blocks vanish and what remains links tasks of
+# *different* groups. The lookahead affinity of Eq. 7 is measured on the main family:
+# its positive entries pair the two tasks of each group.
 
 # %% tags=["hide-input"]
-fig, axes = plt.subplots(1, 2, figsize=(8, 2.8), gridspec_kw=dict(width_ratios=[2.2, 1]))
-epochs_axis = np.arange(1, cfg.epochs + 1)
-for r, d in enumerate(dmtg_runs):
-    for i in range(n_tasks):
-        axes[0].plot(epochs_axis, d["history"][:, i, 0], color=f"C{r}", lw=1,
-                     ls="-" if truth[i] == 0 else "--", alpha=0.8)
-axes[0].set(xlabel="epoch", ylabel=r"$P(\mathrm{task} \to \mathrm{branch}\ 0)$",
-            title=f"assignment of each task, {restarts} restarts (colours)", ylim=(-0.02, 1.02))
-im = axes[1].imshow(best["history"][-1], vmin=0, vmax=1, cmap="viridis", aspect="auto")
-axes[1].set(xticks=range(K_MAIN), yticks=range(n_tasks), xlabel="branch k",
-            yticklabels=[f"task {i} (group {g})" for i, g in enumerate(truth)],
-            title=r"softmax($\Theta$), best restart")
-fig.colorbar(im, ax=axes[1])
+easy_rng = np.random.default_rng(10_000 + seed)
+((_, easy_Y),), easy_truth = make_splits(GROUPS, PER_GROUP, (cfg.n_train,), easy_rng,
+                                         rho, minor, mixed=False)
+A_easy = corr_affinity(easy_Y)
+g_easy = group_by_affinity(A_easy, K_MAIN)
+labels = [f"{i}: g{t} {'even' if i % 2 else 'odd'}" for i, t in enumerate(truth)]
+fig, axes = plt.subplots(1, 3, figsize=(10, 3.1))
+for ax, A, title in [(axes[0], A_easy, "|corr|, one function per group"),
+                     (axes[1], A_corr, "|corr|, odd + even per group")]:
+    im = ax.imshow(A, vmin=0, vmax=1, cmap="viridis")
+    ax.set(title=title, xticks=range(n_tasks), yticks=range(n_tasks), xlabel="task j")
+fig.colorbar(im, ax=axes[:2], label="|corr(y_i, y_j)|", shrink=0.9)
+axes[0].set_yticklabels([f"{i}: g{t}" for i, t in enumerate(easy_truth)])
+axes[1].set_yticklabels(labels)
+Z_show = np.where(np.eye(n_tasks, dtype=bool), np.nan, Z_tag)
+vmax = np.nanmax(np.abs(Z_show))
+im = axes[2].imshow(Z_show, vmin=-vmax, vmax=vmax, cmap="RdBu_r")
+axes[2].set(title="lookahead affinity (Eq. 7)", xticks=range(n_tasks),
+            yticks=range(n_tasks), xlabel="task j (helped)", ylabel="task i (stepped)")
+fig.colorbar(im, ax=axes[2], label=r"$Z_{i \to j}$", shrink=0.9)
 plt.show()
+print(f"same-function family: |corr| clustering finds {canonical(g_easy)}, "
+      f"misassigned {misassigned(g_easy, easy_truth)}")
 
 # %% [markdown]
-# ### Exhaustive search, the sequential alternative
-#
-# Every one of the 32 groupings (Eq. 6) trained with the same recipe and scored on the
-# validation split. This is also the check that the planted grouping really is the best
-# one for this architecture: if the search preferred another grouping, "recovering the
-# truth" would be the wrong target.
+# How DMTG's assignment commits: the probability $\mathrm{softmax}(\Theta_{i\cdot})$ of
+# each task's final branch, epoch by epoch, for every restart (one thin line per task
+# and restart), and the final $\mathrm{softmax}(\Theta)$ of the best restart. From one
+# third, the two tasks of each group drift together to one branch, although their
+# targets are uncorrelated: what they share is the feature the branch learns.
 
-# %%
-search, search_seconds = exhaustive_search(train, val, K_MAIN, seed=1000 * seed, **common)
-search.sort(key=lambda s: s[0])
-search_best = search[0][1]
-print(f"exhaustive search: {len(search)} groupings trained in {search_seconds:.1f} s; "
-      f"one DMTG run: {dmtg_seconds:.2f} s (mean of {restarts}); all {restarts} restarts: "
-      f"{search_seconds / (restarts * dmtg_seconds):.1f} times cheaper than the search")
-for v, g, s in search[:4]:
-    print(f"  validation MSE {v:.4f}  grouping {g}  misassigned {misassigned(g, truth)}")
-
-fig, ax = plt.subplots(figsize=(7, 2.6))
-vals = np.array([s[0] for s in search])
-wrong = np.array([misassigned(s[1], truth) for s in search])
-sc = ax.scatter(np.arange(len(search)), vals, c=wrong, cmap="viridis", s=18)
-fig.colorbar(sc, ax=ax, label="misassigned tasks", ticks=sorted(set(wrong)))
+# %% tags=["hide-input"]
+fig, axes = plt.subplots(1, 2, figsize=(8, 2.9), gridspec_kw=dict(width_ratios=[2, 1]))
+epochs_axis = np.arange(1, cfg.epochs + 1)
 for d in dmtg_runs:
-    ax.axhline(pruned_mse(d["model"], d["grouping"], *val), color="red", lw=0.6, alpha=0.6)
-ax.set(yscale="log", xlabel="grouping, ranked by validation MSE", ylabel="validation MSE",
-       title="exhaustive search over 32 groupings; red lines: the DMTG restarts")
+    for i in range(n_tasks):
+        axes[0].plot(epochs_axis, d["history"][:, i, d["grouping"][i]], lw=0.8,
+                     alpha=0.6, color=STYLE["DMTG"]["color"])
+axes[0].axhline(1 / K_MAIN, color="0.5", ls=":", lw=0.8)
+axes[0].set(xlabel="epoch (grouping stage)", ylim=(0, 1.02),
+            ylabel="P(task -> its final branch)",
+            title=f"DMTG commitment, {restarts} restarts x {n_tasks} tasks")
+im = axes[1].imshow(best["history"][-1], vmin=0, vmax=1, cmap="viridis", aspect="auto")
+axes[1].set(xticks=range(K_MAIN), yticks=range(n_tasks), xlabel="branch k",
+            yticklabels=labels, title=r"softmax($\Theta$), best restart")
+fig.colorbar(im, ax=axes[1], label="probability")
 plt.show()
 
 # %% [markdown]
 # ### The table
 
 # %%
-winner_model, _, _ = train_grouped(*train, max(search_best) + 1, grouping=search_best,
-                                   seed=1000 * seed, **common)
-rows = [("DMTG, best restart by training loss", best["test_mse"], dmtg_seconds),
-        ("DMTG, mean over restarts", np.mean([d["test_mse"] for d in dmtg_runs]), dmtg_seconds),
-        ("planted grouping (oracle)", baselines["planted grouping"], np.nan),
-        ("exhaustive search winner", pruned_mse(winner_model, search_best, *test),
-         search_seconds),
-        ("one shared branch (MTL)", baselines["one shared branch"], np.nan),
-        ("one branch per task (STL)", baselines["one branch per task"], np.nan)]
-print(f"{'method':<38} {'test MSE':>9} {'x planted':>10} {'grouping cost (s)':>18}")
-for name, mse, sec in rows:
-    cost = "" if np.isnan(sec) else f"{sec:.1f}"
-    print(f"{name:<38} {mse:>9.4f} {mse / baselines['planted grouping']:>10.2f} {cost:>18}")
+planted = mse["planted grouping"]
+rows = [("DMTG", "DMTG, best restart by training loss", best["test_mse"],
+         best["wrong"], dmtg_seconds),
+        ("DMTG", "DMTG, median restart", dmtg_median, np.nan, dmtg_seconds)]
+rows += [(name, name, mse[name], misassigned(groupings[name], truth),
+          tag_seconds if name.startswith("TAG") else np.nan) for name in mse]
+print(f"{'method':<36} {'test MSE':>9} {'x planted':>10} {'misassigned':>12} "
+      f"{'seconds':>8}")
+for _, name, m, wrong, sec in rows:
+    w = "" if np.isnan(wrong) else f"{wrong:.0f}"
+    s = "" if np.isnan(sec) else f"{sec:.1f}"
+    print(f"{name:<36} {m:>9.4f} {m / planted:>10.2f} {w:>12} {s:>8}")
+print(f"\npruned networks before fine-tuning: DMTG (median restart) "
+      f"{dmtg_pruned_mse:.4f}, assignment not learned {frozen_pruned_mse:.4f}")
 recovered = sum(d["wrong"] == 0 for d in dmtg_runs)
-print(f"\nDMTG recovered the planted grouping in {recovered} of {restarts} restarts")
+print(f"DMTG recovered the planted grouping in {recovered} of {restarts} restarts; "
+      f"one run took {dmtg_seconds:.1f} s, TAG's affinity and training "
+      f"{tag_seconds:.1f} s")
+
+# %% tags=["hide-input"]
+fig, ax = plt.subplots(figsize=(7, 2.8))
+for y, (style, name, m, _, _) in enumerate(rows):
+    ax.barh(y, m, color=STYLE[style]["color"], alpha=0.55 if "median" in name else 1)
+ax.set_yticks(range(len(rows)), [r[1] for r in rows])
+ax.invert_yaxis()
+ax.set(xlabel="test MSE (mean over tasks)", title="the pruned networks on test data")
+icmlbook.log_axis(ax, "x")
+plt.show()
 
 # %% [markdown]
-# One branch per task has the lowest error: each task also has a component of its own
-# (the $m \sin(v_i^\top x)$ term of Eq. 1) that a width-1 branch shared by a group cannot
-# fit. It pays for that with $N = 6$ encoders instead of 2. The comparison that matters
-# for grouping is at a fixed budget of $K = 2$ branches, where the planted grouping is
-# the best of all 32 (the exhaustive search says so) and one shared branch is far worse.
+# The planted grouping, TAG's grouping and DMTG's best restart are the same grouping
+# here, so their errors differ only by training noise; target correlation picks a
+# grouping that mixes groups and pays for it several times over. The ablation is the
+# instructive one: with $\Theta$ frozen the branches never specialise, so the pruned
+# network is about as bad as one shared branch, even when the best heads happen to
+# name the right grouping; a short fine-tuning then repairs part of the damage.
 
 # %% [markdown]
-# ### A harder family: three groups of two
+# ## Claims
 #
-# Recovery gets harder with more groups (we measured it in trial runs): two
-# groups can end up sharing a branch while another branch sits nearly unused
-# (*collapse*), or a branch mixes tasks of two groups. We run DMTG on three planted groups
-# of two tasks with $K = 3$, and with one branch more than needed, $K = 4$
-# (over-provisioning). With $K > G$ exact recovery is not required; what matters is a
-# *refinement*: no branch mixes tasks of different planted groups (a group may be split).
-# These numbers are reported, not enforced.
+# Paper claims first, each against the paper's key ingredient removed or against the
+# strongest fair baseline; then checks, which must hold if the code is right but are no
+# evidence for the paper. The thresholds were fixed before the final runs, calibrated
+# on seeds 0-4 at the default tier; each line says where its number comes from. The
+# smoke tier records them without enforcing them.
+
+# %% tags=["thresholds"]
+C_VS_FROZEN = 0.5  # DMTG / ablation, pruned test MSE; 0.18-0.30 on seeds 0-4
+C_VS_TAG = 1.15  # DMTG (median restart) / TAG grouping, test MSE; 0.97-1.04, seeds 0-4
+C_VS_CORR = 0.6  # DMTG (median restart) / |corr| grouping; 0.23-0.37 on seeds 0-4
+C_MISASSIGNED = 0  # tasks misassigned by the best restart; 0 on seeds 0-4
+C_WITHIN = 0.5  # max within / max cross-group |corr|; population 0, 0.33 on seed 0
+C_EASY = 0  # misassigned by |corr| clustering, same-function family; 0 on seed 0
+C_GROUPING_MATTERS = 0.4  # planted grouping / one shared branch, test MSE; ~0.17
+C_COST = 1.5  # TAG's seconds / one DMTG run's; 2.7 measured on seed 0
+C_ROWS = 1e-6  # |row sum of G - 1| (rounding only)
+C_ONE_HOT = 1e-6  # relative gap of Eq. 4 with one-hot G to the fixed grouping's loss
 
 # %%
-def is_refinement(grouping, truth):
-    """True when no branch holds tasks of two different planted groups."""
-    return all(len({t for g, t in zip(grouping, truth) if g == k}) <= 1 for k in set(grouping))
+run.claim("DMTG / assignment not learned, pruned MSE",
+          dmtg_pruned_mse / frozen_pruned_mse, "<=", C_VS_FROZEN,
+          "Learning the assignment trains each branch for its group: the pruned "
+          "network has a fraction of the error of the same network with Theta frozen",
+          versus="ablation", against="Theta frozen at uniform, best head per task")
+run.claim("DMTG / TAG lookahead grouping, test MSE",
+          dmtg_median / mse["TAG lookahead affinity"], "<=", C_VS_TAG,
+          "One DMTG run is as good as grouping by lookahead affinity and retraining",
+          versus="baseline", against="TAG lookahead affinity, Eq. 8, retrained")
+run.claim("DMTG / |corr| clustering, test MSE", dmtg_median / mse["|corr| clustering"],
+          "<=", C_VS_CORR,
+          "Where the targets of a group are uncorrelated, DMTG beats grouping by "
+          "target correlation", versus="baseline",
+          against="|corr| of targets, Eq. 8, retrained")
+run.claim("misassigned tasks, best restart", best["wrong"], "<=", C_MISASSIGNED,
+          "The restart with the lowest training loss finds the planted grouping",
+          versus="baseline", against="the planted grouping (oracle)")
 
-
-hard_rng = np.random.default_rng(10_000 + seed)
-(hard_train, _, hard_test), hard_truth = make_splits((2, 2, 2), (cfg.n_train, 10, 10),
-                                                     hard_rng, minor)
-hard = {}
-for K in (3, 4):
-    outcomes = []
-    for r in icmlbook.progress(range(cfg.hard_restarts), desc=f"3 groups, K = {K}"):
-        _, g, _ = train_grouped(*hard_train, K, seed=1000 * seed + r, **common)
-        outcomes.append((misassigned(g, hard_truth) == 0, is_refinement(g, hard_truth)))
-    hard[K] = (sum(o[0] for o in outcomes), sum(o[1] for o in outcomes))
-    print(f"3 planted groups, K = {K}: exact recovery {hard[K][0]}/{cfg.hard_restarts}, "
-          f"refinement (no mixed branch) {hard[K][1]}/{cfg.hard_restarts}")
-run.metric("hard_exact_K3", hard[3][0])
-run.metric("hard_refinement_K3", hard[3][1])
-run.metric("hard_refinement_K4", hard[4][1])
-
-# %% [markdown]
-# ## Claim checks
-#
-# Thresholds fixed before the run, calibrated on our implementation at the default tier
-# (seeds 0-4); the smoke tier records them without enforcing them.
-#
-# 1. **Recovery, most restarts:** at least 3 of the 5 DMTG restarts recover the planted
-#    grouping exactly (trial runs measured 3-5 of 5 per data set with a
-#    three times smaller learning rate; with `lr = 0.01` we measured 5 of 5).
-# 2. **Recovery, best restart:** the restart with the lowest training loss has 0
-#    misassigned tasks.
-# 3. **The planted grouping is the target:** the exhaustive search's validation winner
-#    has 0 misassigned tasks.
-# 4. **Grouping pays off:** the best DMTG restart's test MSE is at most 0.4 times that of
-#    one shared branch.
-# 5. **As good as the planted grouping:** ... and at most 1.25 times that of the planted
-#    grouping trained from the start.
-# 6. **One shot is cheap:** exhaustive search costs at least 10 times the wall-clock
-#    time of one DMTG run.
-
-# %%
-run.claim("restarts recovering the planted grouping", recovered, ">=", 3,
-          "DMTG recovers the planted grouping in most restarts")
-run.claim("misassigned tasks, best restart", best["wrong"], "<=", 0,
-          "the best restart by training loss finds the planted grouping")
-run.claim("misassigned tasks, exhaustive winner", misassigned(search_best, truth), "<=", 0,
-          "the planted grouping is the loss-optimal grouping for this architecture")
-run.claim("DMTG MSE / one shared branch", best["test_mse"] / baselines["one shared branch"],
-          "<=", 0.4, "the grouped model's error is far below one shared branch's")
-run.claim("DMTG MSE / planted grouping", best["test_mse"] / baselines["planted grouping"],
-          "<=", 1.25, "the grouped model is about as good as the planted grouping")
-run.claim("exhaustive search / one DMTG run (seconds)", search_seconds / dmtg_seconds,
-          ">=", 10, "one-shot grouping costs a small fraction of exhaustive search")
-run.metric("test_mse", {name: mse for name, mse, _ in rows})
+within = np.where(truth[:, None] == truth[None], A_corr, 0) - np.eye(n_tasks)
+across = np.where(truth[:, None] != truth[None], A_corr, 0)
+G_rows = gumbel_softmax(torch.randn(n_tasks, K_MAIN) * 3, tau,
+                        torch.Generator().manual_seed(seed))
+with torch.no_grad():
+    L_check = branch_losses(best["model"](torch.as_tensor(test[0])),
+                            torch.as_tensor(test[1]))
+one_hot = nn.functional.one_hot(torch.as_tensor(best["grouping"]), K_MAIN).float()
+G_hot = gumbel_softmax(1e4 * one_hot, tau, torch.Generator().manual_seed(seed))
+eq4 = dmtg_loss(L_check, G_hot).item()
+fixed_loss = n_tasks * pruned_mse(best["model"], best["grouping"], *test)
+run.check("within / cross-group |corr|, main family", within.max() / across.max(), "<=",
+          C_WITHIN, "premise: the two tasks of a group are (nearly) uncorrelated")
+run.check("|corr| misassigned, same-function family", misassigned(g_easy, easy_truth),
+          "<=", C_EASY,
+          "premise: with one function per group, correlation finds the groups")
+run.check("planted grouping / one shared branch, test MSE",
+          planted / mse["one shared branch"], "<=", C_GROUPING_MATTERS,
+          "premise: with a width-1 bottleneck the grouping matters")
+run.check("TAG seconds / one DMTG run", tag_seconds / dmtg_seconds, ">=", C_COST,
+          "N lookahead steps per training step cost more than one DMTG run")
+run.check("rows of G sum to one", float((G_rows.sum(1) - 1).abs().max()), "<=", C_ROWS,
+          "Eq. 3 is a distribution over branches for every task")
+run.check("Eq. 4 with one-hot G = fixed-grouping loss",
+          abs(eq4 - fixed_loss) / fixed_loss, "<=", C_ONE_HOT,
+          "a committed assignment trains exactly its grouping")
+run.metric("test_mse", {name: m for _, name, m, _, _ in rows})
 run.metric("dmtg_seconds", dmtg_seconds)
-run.metric("search_seconds", search_seconds)
-run.metric("search_over_all_restarts", search_seconds / (restarts * dmtg_seconds))
-run.metric("misassigned_per_restart", [d["wrong"] for d in dmtg_runs])
+run.metric("tag_seconds", tag_seconds)
+run.metric("restarts_recovering", recovered)
+run.metric("misassigned", {k: misassigned(g, truth) for k, g in groupings.items()})
+run.metric("frozen_finetuned_over_planted", mse["assignment not learned"] / planted)
 
 # %%
 # NBVAL_CHECK_OUTPUT
 run.verdict()
+
+# %% [markdown]
+# ## Across seeds
+#
+# One run is one seed. The table and strip plot below read this chapter's results
+# file, made by `icmlbook sweep 15 --seeds 0-9 --update-results`: every claim and
+# check over seeds 0-9 at the default tier, with the number of seeds on which it holds
+# and its worst margin (how far inside the threshold the worst seed stayed).
+
+# %%
+across = icmlbook.across_seeds(run)
 
 # %% [markdown]
 # ## What a broken DMTG does
@@ -552,10 +770,9 @@ run.verdict()
 # A claim is worth something only if a wrong implementation fails it. The most natural
 # bug is to forget the weights $G$ in Eq. 4 and sum every head's loss: all branches and
 # heads train, but $\Theta$ gets no gradient, stays at zero, and the argmax sends every
-# task to branch 0, which was trained to serve all six tasks at once: a one-shared-branch
-# model in disguise. The tests run this variant and three more breaks (Eq. 3's softmax
-# taken over tasks instead of branches; pruning that keeps branch 0's heads for every
-# task; a one-shot run with sixteen times as many steps, which fails the cost claim) and
+# task to branch 0, which was trained to serve all six tasks at once: a one-shared-
+# branch model in disguise, which fails every paper claim above. The tests run this
+# variant and another one (Eq. 3's softmax taken over tasks instead of branches) and
 # check that each fails the claims it should.
 
 # %%
@@ -564,83 +781,103 @@ def unweighted_loss(L, G):
     return L.sum()
 
 
-model, g_broken, _ = train_grouped(*train, K_MAIN, seed=1000 * seed, loss_fn=unweighted_loss,
-                                   **common)
-print(f"unweighted loss: grouping {canonical(g_broken)}, misassigned "
-      f"{misassigned(g_broken, truth)}, test MSE / one shared branch "
-      f"{pruned_mse(model, g_broken, *test) / baselines['one shared branch']:.2f}")
+broken = dmtg(*train, K_MAIN, tau=tau, lr=lr, epochs=cfg.epochs, finetune=cfg.finetune,
+              seed=1000 * seed, test=test, loss_fn=unweighted_loss)
+print(f"unweighted loss: grouping {canonical(broken['grouping'])}, misassigned "
+      f"{misassigned(broken['grouping'], truth)}, test MSE / TAG's "
+      f"{broken['test_mse'] / mse['TAG lookahead affinity']:.2f} "
+      f"(claim: <= {C_VS_TAG})")
+
 
 # %% [markdown]
 # ## Explore
 #
-# Choose the planted structure, the number of branches $K$, the temperature $\tau$, the
-# seed of the data and the number of restarts. The left panel follows every task's
-# probability of its final branch, epoch by epoch (best restart); the middle one is the
-# final $\mathrm{softmax}(\Theta)$ next to the planted groups; the right one compares
-# test errors. Things to try: $K$ smaller than the number of groups (no grouping can
-# separate them: some branch must mix), $K$ larger (a group is split, or a branch goes
-# unused), and a very small or very large $\tau$. The widget trains on a smaller data
-# set for fewer epochs than the experiment, so that a move answers in about a second.
+# Choose the planted structure, the number of branches $K$, the width $r$ of each
+# branch's bottleneck, the temperature $\tau$, the seed of the data and the number of
+# restarts. The left panel follows every task's probability of its final branch,
+# epoch by epoch (best restart); the middle one is the final
+# $\mathrm{softmax}(\Theta)$; the right one compares test errors with the planted
+# grouping, $|\mathrm{corr}|$ clustering and one shared branch. Things to try: the
+# bottleneck at $r = 2$ or 3, where one branch can carry two or three group features
+# and the grouping matters less (watch one shared branch); $K$ smaller than the
+# number of groups (some branch must mix); $K$ larger (a group is split, or a branch
+# goes unused); the same-function structures, where $|\mathrm{corr}|$ clustering is as
+# good as DMTG; and a very small or very large $\tau$. The widget trains on a smaller
+# data set (in mini-batches of 64) than the experiment, so that a move answers in
+# about a second.
 
 # %% tags=["hide-input"]
 import ipywidgets as W
 
-STRUCTURES = {"2 groups of 3": (3, 3), "3 groups of 2": (2, 2, 2), "2 groups of 4": (4, 4),
-              "4 groups of 2": (2, 2, 2, 2)}
+STRUCTURES = {"3 groups: odd + even": (3, 2, True),
+              "3 groups: one function": (3, 2, False),
+              "2 groups of 3: odd, even, odd": (2, 3, True),
+              "4 groups: odd + even": (4, 2, True)}
 _widget_cache = {}
 
 
-def widget_data(structure, data_seed):
-    """Data and the planted/one-branch baselines for the widget, computed once per setting."""
-    key = (structure, data_seed)
+def widget_reference(structure, data_seed, r, K):
+    """Data and the planted / |corr| / one-branch errors, computed once per setting."""
+    key = (structure, data_seed, r, K)
     if key not in _widget_cache:
-        groups = STRUCTURES[structure]
-        (tr, te), tr_truth = make_splits(groups, (cfg.widget_n, 500),
-                                         np.random.default_rng(data_seed), minor)
-        kw = dict(lr=lr, epochs=cfg.widget_epochs)
+        n_groups, per_group, mixed = STRUCTURES[structure]
+        (tr, te), tr_truth = make_splits(n_groups, per_group, (cfg.widget_n, 500),
+                                         np.random.default_rng(data_seed), rho, minor,
+                                         mixed)
+        kw = dict(lr=lr, epochs=cfg.widget_epochs + cfg.finetune, r=r, batch=64)
+        g_corr = group_by_affinity(corr_affinity(tr[1]), K)
         ref = {}
-        for name, K, g in [("planted", len(groups), tr_truth),
-                           ("one branch", 1, np.zeros(len(tr_truth), int))]:
-            m, _, _ = train_grouped(*tr, K, grouping=g, **kw)
-            ref[name] = pruned_mse(m, g, *te)
+        for name, g in [("planted grouping", tr_truth), ("|corr| clustering", g_corr),
+                        ("one shared branch", np.zeros(len(tr_truth), int))]:
+            m, _, _ = train_grouped(*tr, max(g) + 1, canonical(g), **kw)
+            ref[name] = pruned_mse(m, canonical(g), *te)
         _widget_cache[key] = (tr, te, tr_truth, ref)
     return _widget_cache[key]
 
 
-def update(structure, K, tau, data_seed, restarts):
-    tr, te, tr_truth, ref = widget_data(structure, data_seed)
-    runs_ = [train_grouped(*tr, K, tau=tau, lr=lr, epochs=cfg.widget_epochs, seed=r)
-             for r in range(restarts)]
-    best_ = min(runs_, key=lambda m: pruned_mse(m[0], m[1], *tr))
-    model_, g_, hist_ = best_
-    n_tasks = len(tr_truth)
-    fig, axes = plt.subplots(1, 3, figsize=(10, 3), gridspec_kw=dict(width_ratios=[1.6, 1, 1]))
+def update(structure, K, r, tau, data_seed, restarts):
+    tr, te, tr_truth, ref = widget_reference(structure, data_seed, r, K)
+    runs_ = [dmtg(*tr, K, tau=tau, lr=lr, r=r, batch=64, epochs=cfg.widget_epochs,
+                  finetune=cfg.finetune, seed=s, test=te) for s in range(restarts)]
+    best_ = min(runs_, key=lambda d: d["train_mse"])
+    g_, hist_ = best_["grouping"], best_["history"]
+    n = len(tr_truth)
+    fig, axes = plt.subplots(1, 3, figsize=(10, 3),
+                             gridspec_kw=dict(width_ratios=[1.5, 1, 1.2]))
     ep = np.arange(1, len(hist_) + 1)
-    for i in range(n_tasks):
-        axes[0].plot(ep, hist_[:, i, g_[i]], color=f"C{tr_truth[i]}", lw=1.2)
-    axes[0].axhline(1 / K, color="k", ls=":", lw=0.8)
+    for i in range(n):
+        axes[0].plot(ep, hist_[:, i, g_[i]], lw=1.2, color=STYLE["DMTG"]["color"],
+                     alpha=0.7)
+    axes[0].axhline(1 / K, color="0.5", ls=":", lw=0.8)
     axes[0].set(xlabel="epoch", ylabel="P(task -> its final branch)", ylim=(0, 1.02),
-                title="commitment (colour: planted group)")
-    axes[1].imshow(hist_[-1], vmin=0, vmax=1, cmap="viridis", aspect="auto")
-    axes[1].set(xticks=range(K), yticks=range(n_tasks), xlabel="branch",
-                yticklabels=[f"{i}: group {t}" for i, t in enumerate(tr_truth)])
-    wrong_ = misassigned(g_, tr_truth)
-    note = " (K < groups: a branch must mix)" if K < len(set(tr_truth)) else ""
-    axes[1].set_title(f"softmax(Θ); {wrong_} misassigned{note}", fontsize=8)
-    mses = {"DMTG": pruned_mse(model_, g_, *te), **ref}
-    bars = axes[2].bar(list(mses), list(mses.values()), color=["C3", "C2", "C7"])
-    axes[2].bar_label(bars, fmt="%.3f", fontsize=8)
+                title="commitment, best restart")
+    im = axes[1].imshow(hist_[-1], vmin=0, vmax=1, cmap="viridis", aspect="auto")
+    fig.colorbar(im, ax=axes[1], label="probability")
+    axes[1].set(xticks=range(K), yticks=range(n), xlabel="branch",
+                yticklabels=[f"{i}: g{t}" for i, t in enumerate(tr_truth)])
+    note = " (K < groups)" if K < len(set(tr_truth)) else ""
+    axes[1].set_title(f"softmax(Θ); {misassigned(g_, tr_truth)} misassigned{note}",
+                      fontsize=8)
+    mses = {"DMTG": best_["test_mse"], **ref}
+    bars = axes[2].bar(range(len(mses)), list(mses.values()),
+                       color=[STYLE[k]["color"] for k in mses])
+    axes[2].bar_label(bars, fmt="%.3f", fontsize=7)
+    axes[2].set_xticks(range(len(mses)), [k.replace(" ", "\n", 1) for k in mses],
+                       fontsize=7)
     axes[2].set(ylabel="test MSE", ylim=(0, 1.2 * max(mses.values())),
-                title=f"best of {restarts} restart(s)")
+                title=f"best of {restarts} restart(s), r = {r}")
     plt.show()
 
 
 controls = dict(
-    structure=W.Dropdown(options=list(STRUCTURES), value="2 groups of 3", description="groups"),
-    K=W.IntSlider(value=2, min=2, max=4, description="K"),
-    tau=W.FloatLogSlider(value=tau, base=10, min=-1, max=1, step=0.1, description="tau"),
+    structure=W.Dropdown(options=list(STRUCTURES), value="3 groups: odd + even",
+                         description="groups"),
+    K=W.IntSlider(value=K_MAIN, min=1, max=4, description="K"),
+    r=W.IntSlider(value=BOTTLENECK, min=1, max=3, description="bottleneck r"),
+    tau=W.FloatLogSlider(value=tau, base=10, min=-1, max=1, step=0.1,
+                         description="tau"),
     data_seed=W.IntSlider(value=seed, min=0, max=9, description="data seed"),
-    restarts=W.IntSlider(value=2, min=1, max=3, description="restarts"),
+    restarts=W.IntSlider(value=1, min=1, max=3, description="restarts"),
 )
 icmlbook.explore(update, controls, run=run)
 
@@ -649,59 +886,56 @@ icmlbook.explore(update, controls, run=run)
 #
 # | | paper | this book |
 # |---|---|---|
-# | method | $K$ branches, $KN$ heads, Gumbel-softmax assignment, one optimiser, pruning to $N$ heads | the same, from scratch (Eqs. 2-5) |
-# | data | CelebA (9 attributes), Taskonomy (5 dense tasks) | six synthetic regression tasks with two planted groups (Eq. 1) |
-# | networks | ResNet / Xception / ViT branches, shared stem | 32-unit tanh MLP branches with a width-1 bottleneck, no shared stem |
-# | after grouping | pruned network fine-tuned | pruned network used as is (no fine-tuning) |
+# | method | $K$ branches, $KN$ heads, Gumbel-softmax assignment, one optimiser, pruning to $N$ heads, fine-tuning | the same, from scratch (Eqs. 2-5), fine-tuned for `finetune` epochs |
+# | data | CelebA (9 attributes), Taskonomy (5 dense tasks) | six synthetic regression tasks in three planted groups of an odd and an even task (Eq. 1) |
+# | networks | ResNet / Xception / ViT branches, linear heads (CelebA) or decoders (Taskonomy) | 32-unit tanh MLP branches with a width-1 bottleneck, 8-unit MLP heads, no shared stem |
 # | temperature | constant, 2.5 (CelebA) or 4 (Taskonomy) | constant 2.5 |
-# | evidence | better errors than grouping baselines at lower cost | planted grouping recovered, error about that of the oracle grouping, 20 to 40 times cheaper (wall clock) than exhaustive search (claims 1-6) |
+# | baselines | grouping methods from the literature, among them TAG | TAG-style lookahead affinity and $\lvert\mathrm{corr}\rvert$ clustering (Eqs. 7-8), each grouping retrained; the assignment frozen (ablation); the planted grouping |
+# | evidence | better errors than grouping baselines at lower cost | ablation: pruned error at most `C_VS_FROZEN` times the frozen assignment's; as good as TAG (at most `C_VS_TAG` times its error); at most `C_VS_CORR` times the $\lvert\mathrm{corr}\rvert$ grouping's error; the best restart recovers the planted grouping |
 #
-# **What is reconstructed.** The planted-group task family, the width-1 bottleneck that
-# makes tasks of different groups compete, and every threshold are ours (calibrated on
-# our implementation, seeds 0-4). We did not retrieve the paper's tables, so we compare
-# with its claims, not its numbers. The learning rate is `0.01` for everything: a
-# first trial used `0.003` for 20 epochs and recovered the
-# planted grouping in only 19 of 25 runs; in trial runs of this chapter's code (5 data
-# sets, 5 restarts each) we measured 14 of 25 at that rate, 24 of 25 at `0.003` for 40
-# epochs and 25 of 25 at `0.01` for 20 epochs: the assignment needs enough
-# optimisation to settle, not a faster rate for $\Theta$ alone.
+# **What is reconstructed.** The planted task families, the width-1 bottleneck that
+# makes tasks of different groups compete, the MLP heads, the fine-tuning schedule and
+# every threshold are ours, calibrated on our implementation (seeds 0-4). The paper's
+# tables are not reproduced, so we compare with its claims, not its numbers. TAG is
+# implemented from its published description (Eq. 7 with a plain gradient step of the
+# learning rate, the grouping by Eq. 8 over all groupings into $K$ groups), not from
+# its code.
 #
-# **What does not reproduce so easily.** With three planted groups (the section above)
-# exact recovery is no longer reliable from one run; trial runs showed the same, with
-# collapse and mixing as the failure modes, and over-provisioning ($K = G + 1$) as a
-# partial remedy. The paper's benchmarks have no planted truth: there the claim is about
-# error, not recovery. The cost claim is a wall-clock ratio at this scale; it grows with
-# the number of groupings (Eq. 6), while DMTG's cost grows only linearly in $K$. Claim 6
-# is about *one* run, which is enough here (claim 1: most single runs recover the
-# grouping); the best-of-5 selection of claim 2 costs five runs, still several times
-# cheaper than the 32-grouping search (printed above), and the gap widens quickly with
-# $N$ and $K$.
+# **What does not reproduce.** The paper presents DMTG as better than the sequential
+# grouping methods, TAG among them. Here the lookahead affinity finds the planted
+# grouping as reliably as DMTG does, so after retraining its error is the same: the
+# advantage that shows at our scale is cost, one DMTG run against TAG's affinity pass
+# (with $N$ lookahead steps per training step) plus a second training (the cost check
+# above). Target correlation alone is misled only on purpose-built tasks like ours; on
+# the same-function family it finds the groups for free (the check above), so
+# DMTG's win over it is a statement about tasks whose relation is nonlinear. Nor is
+# the Gumbel noise what makes DMTG work here: in our runs a deterministic softmax of
+# $\Theta$ did about as well (exercise 1 measures it).
 
 # %% [markdown]
 # ## Exercises
 #
-# 1. **Anneal or not.** The authors keep $\tau$ constant. Anneal it from 5 to 0.5 over
-#    training and measure, on the three-group family, exact recovery and refinement
-#    over ten restarts. Does a low final temperature help the argmax of Eq. 5 agree
-#    with what the branches learned?
-# 2. **A bottleneck of width 2.** Set `BOTTLENECK = 2`: one branch can now fit two
-#    group functions. How does the exhaustive search's ranking change, and what does
-#    DMTG return? When does grouping stop mattering?
-# 3. **Fine-tuning after pruning.** The paper fine-tunes the pruned network. Train the
-#    pruned DMTG network a few more epochs with the fixed grouping and compare with the
-#    planted grouping trained from scratch, at equal total epochs.
+# 1. **Noise or not.** Replace Eq. 3 by $\mathrm{softmax}(\Theta / \tau)$ (no Gumbel
+#    noise) and compare recovery and error over ten seeds; then anneal $\tau$ from 5
+#    to 0.5. Which of the two choices matters on the four-group family of the widget?
+# 2. **The exhaustive search.** Train all 122 groupings of Eq. 6 for $N = 6$, $K = 3$
+#    and rank them by validation error. Is the planted grouping first, how close is
+#    the second, and how many DMTG runs would the search pay for?
+# 3. **Where pairwise affinity breaks.** Build tasks whose useful grouping is a
+#    property of triples, not pairs (for example a bottleneck of width 2 and three
+#    tasks in a two-dimensional subspace) and compare DMTG with TAG there.
 #
 # ## References
 #
 # - Y. Gao, S. Jiang, M. Li, J.-G. Yu, G.-S. Xia. DMTG: One-Shot Differentiable
 #   Multi-Task Grouping. ICML 2024.
+# - C. Fifty, E. Amid, Z. Zhao, T. Yu, R. Anil, C. Finn. Efficiently Identifying Task
+#   Groupings for Multi-Task Learning. NeurIPS 2021.
+# - T. Standley, A. Zamir, D. Chen, L. Guibas, J. Malik, S. Savarese. Which Tasks
+#   Should Be Learned Together in Multi-task Learning? ICML 2020.
 # - E. Jang, S. Gu, B. Poole. Categorical Reparameterization with Gumbel-Softmax.
 #   ICLR 2017.
 # - C. J. Maddison, A. Mnih, Y. W. Teh. The Concrete Distribution. ICLR 2017.
-# - T. Standley, A. Zamir, D. Chen, L. Guibas, J. Malik, S. Savarese. Which Tasks Should
-#   Be Learned Together in Multi-task Learning? ICML 2020.
-# - C. Fifty, E. Amid, Z. Zhao, T. Yu, R. Anil, C. Finn. Efficiently Identifying Task
-#   Groupings for Multi-Task Learning. NeurIPS 2021.
 
 # %% tags=["remove-cell"]
 run.finish();
