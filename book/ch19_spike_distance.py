@@ -950,7 +950,7 @@ for ax, regime in zip(axes, REGIMES):
     icmlbook.log_axis(ax, "x")
     ax.set_xticks(INTERVALS, [str(L) for L in INTERVALS])
 axes[0].set_ylabel("predicted / recorded spikes")
-axes[0].legend(fontsize=7)
+axes[0].legend(fontsize=7, loc="lower left", bbox_to_anchor=(0.0, 0.08))
 plt.show()
 
 # %% [markdown]
