@@ -71,7 +71,8 @@ check_int("chunk_len", chunk_len, 2, 64)
 import random
 
 import matplotlib.pyplot as plt
-import matplotlib.ticker as mticker
+import matplotlib.lines as mlines
+import matplotlib.patches as mpatches
 import numpy as np
 import torch
 
@@ -287,6 +288,8 @@ VARIANTS = {  # name: (absolute encoding, relative encoding, bilevel ids?)
     "BiPE-RoPE": ("learned", "rope", True),  # Eqs. 1-3
     "BiPE-ALiBi": ("learned", "alibi", True),  # Eqs. 1, 2, 4
 }
+# one colour per encoding in every figure (BiPE-RoPE's segmentations vary the line)
+STYLE = icmlbook.method_styles("BiPE-RoPE", "RoPE", "ALiBi", "BiPE-ALiBi", "sinusoidal")
 
 
 def make_model(pe, train_len, alibi_scale=12.0):
@@ -468,24 +471,14 @@ def smooth(curve, w=16):
 
 
 def log_loss_axis(ax):
-    """A log-scaled loss axis with plain tick labels (0.4, 1, 2 rather than powers of
-    10)."""
-    ax.set_yscale("log")
-    ax.yaxis.set_major_formatter(mticker.FormatStrFormatter("%g"))
-    ax.yaxis.set_minor_formatter(mticker.FormatStrFormatter("%g"))
+    """A log-scaled loss axis whose tick labels do not overlap (0.5, 1, 2)."""
+    icmlbook.log_axis(ax, "y")
 
 
-COLORS = {
-    "sinusoidal": "C4",
-    "RoPE": "C1",
-    "ALiBi": "C2",
-    "BiPE-RoPE": "C0",
-    "BiPE-ALiBi": "C3",
-}
 fig, axes = plt.subplots(1, 2, figsize=(9, 3), sharey=True)
 for pe in VARIANTS:
     ax = axes[0] if pe in ("sinusoidal", "RoPE", "BiPE-RoPE") else axes[1]
-    ax.plot(smooth(curves[(pe, "sentences")]), color=COLORS[pe], lw=1.2, label=pe)
+    ax.plot(smooth(curves[(pe, "sentences")]), lw=1.2, **STYLE[pe])
 for ax, title in zip(axes, ("absolute and rotary", "linear biases (ALiBi)")):
     for k in (1, 2, 4):
         ax.axvline(k * train_len, color="k", ls=":", lw=0.8)
@@ -582,17 +575,31 @@ run.metric(
     },
 )
 
-fig, ax = plt.subplots(figsize=(6.5, 2.6))
+fig, axes = plt.subplots(1, 2, figsize=(8, 2.8), sharey=True)
 names = ["RoPE", "BiPE-RoPE", "ALiBi", "BiPE-ALiBi"]
 x = np.arange(len(names))
-for i, (region, kind) in enumerate([(rg, k) for rg in regions for k in (0, 1)]):
-    ax.bar(x + (i - 1.5) * 0.2, [split[(pe, region)][kind] for pe in names], 0.2,
-           color=f"C{i}", label=f"{region}, "
-                                f"{('subject letters', 'other letters')[kind]}")
-ax.axhline(np.log(8), color="k", ls=":", lw=1, label="ln 8: guessing the subject")
-ax.set_xticks(x, names)
-ax.set(ylabel="loss (nats/char)")
-ax.legend(loc="upper right", fontsize=7)
+colours = [STYLE[pe]["color"] for pe in names]
+for ax, (region, title) in zip(axes, (("in-dist", "in distribution (t < L)"),
+                                      ("far 8x", f"far: last {FAR} of 8L"))):
+    ax.bar(x - 0.2, [split[(pe, region)][0] for pe in names], 0.4, color=colours,
+           edgecolor=colours)
+    ax.bar(x + 0.2, [split[(pe, region)][1] for pe in names], 0.4, color="white",
+           edgecolor=colours, hatch="////")
+    ax.axhline(np.log(8), color="k", ls=":", lw=1)
+    ax.set_xticks(x, names)
+    ax.set(title=title)
+axes[0].set(ylabel="loss (nats/char)")
+axes[0].legend(
+    handles=[
+        mpatches.Patch(facecolor="0.4", edgecolor="0.4", label="subject letters"),
+        mpatches.Patch(facecolor="white", edgecolor="0.4", hatch="////",
+                       label="other letters"),
+        mlines.Line2D([], [], color="k", ls=":", lw=1,
+                      label="ln 8: guessing the subject"),
+    ],
+    loc="upper left",
+    fontsize=7,
+)
 plt.show()
 
 # %% [markdown]
@@ -617,14 +624,15 @@ plt.show()
 # %% tags=["hide-input"]
 fig, ax = plt.subplots(figsize=(6, 2.8))
 for rule, ls in zip(SEGMENTATIONS, ("-", "--", ":")):
-    ax.plot(smooth(curves[("BiPE-RoPE", rule)]), color="C0", ls=ls, lw=1.2,
-            label=f"BiPE-RoPE, {rule}")
-ax.plot(smooth(curves[("RoPE", "sentences")]), color="C1", lw=1, label="RoPE (flat)")
+    ax.plot(smooth(curves[("BiPE-RoPE", rule)]), lw=1.2,
+            **{**STYLE["BiPE-RoPE"], "linestyle": ls, "label": f"BiPE-RoPE, {rule}"})
+ax.plot(smooth(curves[("RoPE", "sentences")]), lw=1,
+        **{**STYLE["RoPE"], "label": "RoPE (flat)"})
 ax.axvline(train_len, color="k", ls=":", lw=0.8)
 log_loss_axis(ax)
 ax.set(xlabel="position "
-              "t", ylabel=r"loss "
-                          r"$\ell_t$", title="BiPE-RoPE with three segmentation rules")
+              "t", ylabel=r"loss $\ell_t$ (nats/char)",
+       title="BiPE-RoPE with three segmentation rules")
 ax.legend(loc="upper left")
 plt.show()
 
@@ -736,7 +744,7 @@ for name, values in rows.items():
 # one) and the segmentation rule. The segmentation matters only for the BiPE models:
 # for BiPE-RoPE it picks the model trained with that rule; BiPE-ALiBi was trained on
 # sentences only, so another rule re-segments its test text (a train/test mismatch).
-# The grey curve is flat RoPE on the same text. On the right, where the last 40
+# The faint red curve is flat RoPE on the same text. On the right, where the last 40
 # characters of one test window look (attention averaged over layers and heads): at
 # $1\times$ the rotary models attend to their own and the previous sentence, at $8\times$
 # they smear. Under the plot: the first characters of the test text with their segment
@@ -808,20 +816,22 @@ def update(pe, test_factor, sentence_mods, segmentation):
     )
     w = min(16, n // 4)
     fig, (ax, ax_att) = plt.subplots(1, 2, figsize=(9.5, 2.8), width_ratios=(2.3, 1))
-    ax.plot(smooth(ref, w), color="0.6", lw=1, label="RoPE")
-    ax.plot(smooth(curve, w), color=COLORS[pe], lw=1.3, label=f"{pe}" + (
-        f", {rule}" if VARIANTS[pe][2] else ""))
+    if pe != "RoPE":
+        ax.plot(smooth(ref, w), lw=1, alpha=0.6, **STYLE["RoPE"])
+    ax.plot(smooth(curve, w), lw=1.3, **{**STYLE[pe], "label": f"{pe}" + (
+        f", {rule}" if VARIANTS[pe][2] else "")})
     ax.axvline(train_len, color="k", ls=":", lw=0.8)
     far = curve[-FAR:].mean()
     log_loss_axis(ax)
-    ax.set(xlabel="position t", ylabel=r"loss $\ell_t$",
+    ax.set(xlabel="position t", ylabel=r"loss $\ell_t$ (nats/char)",
            title=f"{pe}: in-dist {curve[:train_len].mean():.3f}, last 64 of "
                  f"{test_factor} L "
                  f"{far:.3f} (RoPE {ref[-FAR:].mean():.3f}); {mods[0]}-{mods[1]} "
                  f"modifiers")
     ax.legend(loc="upper left")
     att, stops = widget_attention(pe, rule, mods, n)
-    ax_att.imshow(att, cmap="viridis", aspect="auto")
+    im = ax_att.imshow(att, cmap="viridis", aspect="auto", vmin=0)
+    fig.colorbar(im, ax=ax_att, label="attention weight")
     for x in stops:
         ax_att.axvline(x, color="w", lw=0.6, alpha=0.5)
     ax_att.grid(False)

@@ -144,6 +144,9 @@ PROMPT_LEN, RESP_LEN = 2, 16  # words of prompt and of response per sequence
 BATCH = 32  # sequences per training step
 LOSSES = ("FKL", "RKL", "SKL", "SRKL")
 REGIMES = ("offline", "on-policy", "adaptive")
+# one colour per method in every figure; the offline regime is the SKL run itself
+STYLE = icmlbook.method_styles(*LOSSES, "on-policy", "adaptive")
+STYLE["offline"] = {**STYLE["SKL"], "label": "offline"}
 print(f"tier {tier}: teacher {cfg.teacher_steps} steps, student SFT {cfg.sft_steps} "
       f"steps, "
       f"distillation {cfg.steps} steps of {BATCH} sequences")
@@ -608,12 +611,14 @@ run.metric("fkl_grad_max_real", float(g_fkl.abs().max()))
 
 qs = np.logspace(-6, 0, 200)
 fig, ax = plt.subplots(figsize=(5, 3))
-ax.loglog(qs, 0.5 / qs, color="C0", label="forward KL: $p/q$")
-for a in (0.05, 0.1, 0.3):
-    ax.loglog(qs, (1 - a) * 0.5 / (a * 0.5 + (1 - a) * qs), label=f"SKL, "
-                                                                  f"$\\alpha$={a:g}")
+ax.plot(qs, 0.5 / qs, **{**STYLE["FKL"], "label": "forward KL: $p/q$"})
+for a, ls in ((0.05, ":"), (0.1, "-"), (0.3, "--")):
+    ax.plot(qs, (1 - a) * 0.5 / (a * 0.5 + (1 - a) * qs),
+            **{**STYLE["SKL"], "linestyle": ls, "label": f"SKL, $\\alpha$={a:g}"})
 ax.set(xlabel="student probability $q_v$ of a teacher token with $p_v = 0.5$",
        ylabel=r"$|\partial D / \partial q_v|$")
+icmlbook.log_axis(ax, "x")
+icmlbook.log_axis(ax, "y")
 ax.legend()
 plt.show()
 
@@ -659,15 +664,17 @@ for ax, hists, lr in (
     (axes[0], loss_hists, distill_lr),
     (axes[1], fast_hists, cfg.fast_lr),
 ):
-    for i, kind in enumerate(LOSSES):
+    for kind in LOSSES:
         ax.plot(
             hists[kind]["step"],
             hists[kind]["kl"],
             marker=".",
-            color=f"C{i}",
-            label=kind if kind in ("FKL", "RKL") else f"{kind} ($\\alpha$={alpha:g})",
+            **{**STYLE[kind], "label": kind if kind in ("FKL", "RKL")
+               else f"{kind} ($\\alpha$={alpha:g})"},
         )
-    ax.set(title=f"lr {lr:g}", xlabel="distillation step", yscale="log")
+    ax.set(title=f"lr {lr:g}", xlabel="distillation step")
+for ax in axes:
+    icmlbook.log_axis(ax, "y")
 axes[0].set_ylabel("held-out KL(p || q)")
 axes[0].legend()
 plt.show()
@@ -725,18 +732,19 @@ for kind in icmlbook.progress(LOSSES, desc="noisy teacher"):
 noisy_kl = {k: h["kl"][-1] for k, h in noisy_hists.items()}
 
 fig, ax = plt.subplots(figsize=(5, 3))
-for i, kind in enumerate(LOSSES):
+for kind in LOSSES:
     ax.plot(
         noisy_hists[kind]["step"],
         noisy_hists[kind]["kl"],
         marker=".",
-        color=f"C{i}",
-        label=kind,
+        **STYLE[kind],
     )
-    ax.plot(fast_hists[kind]["step"], fast_hists[kind]["kl"], ls=":", color=f"C{i}")
+    ax.plot(fast_hists[kind]["step"], fast_hists[kind]["kl"],
+            **{**STYLE[kind], "linestyle": ":", "label": None})
 ax.set(xlabel="distillation "
-              "step", ylabel="held-out KL to the clean teacher", yscale="log",
+              "step", ylabel="held-out KL to the clean teacher",
        title=f"noisy teacher (solid), clean teacher (dotted), lr {cfg.fast_lr:g}")
+icmlbook.log_axis(ax, "y")
 ax.legend()
 plt.show()
 print(f"{'loss':<6} {'KL, clean teacher':>17} {'KL, noisy teacher':>17} "
@@ -763,9 +771,9 @@ run.metric("gen_nll_noisy_teacher", {k: q["gen_nll"] for k, q in noisy_quality.i
 # ### Part B: three data regimes with SKL
 #
 # SKL at the chapter's step size, from the same SFT student, in the three regimes. The
-# offline run is Part A's. We count student-generation calls, time the training loops
-# (sampling separately) and measure the generation metric on 512 samples from held-out
-# prompts. With $\varepsilon$ small the adaptive $\varphi$ would rise on any uptick of
+# offline run is Part A's SKL run (and keeps SKL's teal in the figure). We count
+# student-generation calls, time the training loops (sampling separately) and measure
+# the generation metric on 512 samples from held-out prompts. With $\varepsilon$ small the adaptive $\varphi$ would rise on any uptick of
 # the validation loss; on this toy the validation loss keeps falling, so $\varphi$ stays
 # at $\varphi_0$ (with the GPT-2 recipe's $\varphi_0 = 0$ the adaptive run would be the
 # offline one).
@@ -821,20 +829,20 @@ run.metric("regime_kl", {r: h["kl"][-1] for r, h in regime_hists.items()})
 run.metric("regime_seconds", {r: h["seconds"] for r, h in regime_hists.items()})
 
 fig, axes = plt.subplots(1, 2, figsize=(8, 3))
-for i, r in enumerate(REGIMES):
+for r in REGIMES:
     axes[0].plot(
         regime_hists[r]["step"],
         regime_hists[r]["kl"],
         marker=".",
-        color=f"C{i}",
-        label=r,
+        **STYLE[r],
     )
-axes[0].set(xlabel="distillation step", ylabel="held-out KL(p || q)", yscale="log")
+axes[0].set(xlabel="distillation step", ylabel="held-out KL(p || q)")
+icmlbook.log_axis(axes[0], "y")
 axes[0].legend()
 train_s = [regime_hists[r]["seconds"] - regime_hists[r]["gen_seconds"] for r in REGIMES]
 gen_s = [regime_hists[r]["gen_seconds"] for r in REGIMES]
-axes[1].barh(REGIMES, train_s, color="C0", label="forward/backward")
-axes[1].barh(REGIMES, gen_s, left=train_s, color="C3", label="sampling")
+axes[1].barh(REGIMES, train_s, color="0.6", label="forward/backward")
+axes[1].barh(REGIMES, gen_s, left=train_s, color="0.85", label="sampling")
 for i, r in enumerate(REGIMES):
     axes[1].text(train_s[i] + gen_s[i], i, f" {regime_hists[r]['gen_calls']} "
                                            f"calls", va="center")
@@ -1020,12 +1028,14 @@ def update(alpha_w, kind, regime, target):
         1, 3, figsize=(10, 3), gridspec_kw=dict(width_ratios=[1, 1, 1.6])
     )
     axes[0].plot(ref["step"], ref["kl"], color="0.6", label=f"FKL, offline, {target}")
-    axes[0].plot(h["step"], h["kl"], marker=".", color="C3", label=f"{kind}, {regime}")
-    axes[0].set(xlabel="step", ylabel="held-out KL(p || q)", yscale="log")
+    axes[0].plot(h["step"], h["kl"], marker=".",
+                 **{**STYLE[kind], "label": f"{kind}, {regime}"})
+    axes[0].set(xlabel="step", ylabel="held-out KL(p || q)")
+    icmlbook.log_axis(axes[0], "y")
     axes[0].legend()
     train_s = h["seconds"] - h["gen_seconds"]
     axes[1].bar(
-        ["fwd/bwd", "sampling"], [train_s, h["gen_seconds"]], color=["C0", "C3"]
+        ["fwd/bwd", "sampling"], [train_s, h["gen_seconds"]], color=["0.6", "0.85"]
     )
     axes[1].set(ylabel="seconds", title=f"{h['gen_calls']} generation calls")
     axes[2].axis("off")

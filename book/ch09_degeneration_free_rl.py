@@ -95,6 +95,20 @@ BOS = TOK.id("<bos>")
 PROMPT_WORDS = 2  # a prompt is <bos> and the first two words of a grammatical sentence
 TIE_TOL = 1e-6  # |log pi_theta - log pi_ref| below this is a tie (in both masks)
 BETAS = (0.0, 0.2, 1.0)  # KL coefficients of the penalized baseline
+# one colour per method in every figure (a method's runs at lr and 2 lr share it)
+STYLE = icmlbook.method_styles(
+    *(f"PG beta={b:g}" for b in BETAS),
+    "DfPO",
+    "DfPO masks only (no truncation)",
+    "DfPO truncation only (no masks)",
+)
+
+
+def method_of(run_name):
+    """The method of a run name ("PG beta=0.2, lr x2 [pi-]" -> "PG beta=0.2")."""
+    return run_name.split(" [")[0].split(", lr")[0]
+
+
 print(f"tier {tier}: vocabulary {len(TOK)} words, {cfg.iters} RL iterations of "
       f"{cfg.n_prompts} prompts x {cfg.group} samples, {cont_len} words per "
       f"continuation")
@@ -570,34 +584,41 @@ for name in ("reference", "PG beta=0, lr "
 # ### Reward against naturalness
 #
 # Left: the reward during training (batch mean, sampling policies). Right: every run's
-# final reward against its reference perplexity, the Pareto picture. The baseline's
+# final reward against its reference perplexity, the Pareto picture. Each method keeps
+# its colour in both panels and below: the baseline PG at $\beta = 0$ blue, 0.2 red and
+# 1 teal, DfPO amber, its two ablations purple (masks only) and grey (truncation only). The baseline's
 # $\beta$ picks a point on a line from "unchanged" ($\beta = 1$) to "degenerate"
 # ($\beta = 0$, far right, off the scale of the others); DfPO sits with the tuned
 # baseline in the natural corner without a coefficient.
 
 # %% tags=["hide-input"]
-fig, axes = plt.subplots(1, 2, figsize=(9, 3.2))
-for i, (name, c) in enumerate(curves.items()):
+fig, axes = plt.subplots(1, 2, figsize=(9, 3.4))
+drawn = set()
+for name, c in curves.items():
     smooth = np.convolve(c, np.ones(5) / 5, mode="valid") if len(c) >= 5 else c
+    method = method_of(name)
     axes[0].plot(
         smooth,
-        lw=1.2 if "DfPO" in name else 0.9,
-        ls="-" if "DfPO" in name else "--",
-        label=name,
-        color=f"C{i}",
+        **{**STYLE[method], "label": None if method in drawn else method,
+           "linestyle": "--" if "lr x2" in name else "-"},
+        lw=1.0,
+        alpha=0.85,
     )
-axes[0].set(xlabel="iteration", ylabel="batch reward (5-step mean)", ylim=(0, 1.05))
-axes[0].legend(fontsize=6, ncol=2)
+    drawn.add(method)
+axes[0].set(xlabel="iteration", ylabel="batch reward (5-step mean)", ylim=(0, 1.05),
+            title="solid: lr, dashed: 2 lr")
+axes[0].legend(fontsize=7, loc="lower right")
 def scatter_style(name):
     """Marker, colour, fill and legend label of a run in the Pareto picture."""
     if name == "reference":
         return "s", "k", True, "reference"
     if name.startswith("PG"):
         beta = float(name.split("=")[1].split(",")[0])
-        return "o", f"C{BETAS.index(beta)}", "x1" in name, f"PG beta={beta:g}"
+        return "o", STYLE[method_of(name)]["color"], "x1" in name, f"PG beta={beta:g}"
     if "only" in name:
-        return "X", "0.5", True, "DfPO ablations"
-    return ("*" if "[pi-]" in name else "D"), "C3", "x1" in name, \
+        return "X", STYLE[method_of(name)]["color"], True, (
+            "DfPO masks only" if "masks only" in name else "DfPO truncation only")
+    return ("*" if "[pi-]" in name else "D"), STYLE["DfPO"]["color"], "x1" in name, \
         ("DfPO, pi- inference" if "[pi-]" in name else "DfPO, pi_theta")
 
 
@@ -615,8 +636,9 @@ for name, r in results.items():
         label=None if label in seen else label,
     )
     seen.add(label)
-axes[1].set(xscale="log", xlabel="reference perplexity (log)", ylabel="reward",
+axes[1].set(xlabel="reference perplexity (log)", ylabel="reward",
             title="filled: lr, hollow: 2 lr")
+icmlbook.log_axis(axes[1], "x")
 axes[1].legend(fontsize=7, loc="center right")
 plt.show()
 
@@ -643,8 +665,11 @@ shown = [
 x = np.arange(len(shown))
 fig, ax = plt.subplots(figsize=(8, 2.8))
 ax.bar(x - 0.27, p_ref[shown], 0.27, label=r"$\pi_{\mathrm{ref}}$", color="0.6")
-ax.bar(x, p_th[shown], 0.27, label=r"$\pi_\theta$ (DfPO)", color="C0")
-ax.bar(x + 0.27, p_minus[shown], 0.27, label=r"$\pi^-$ (inference, Eq. 8)", color="C3")
+dfpo_colour = STYLE["DfPO"]["color"]
+ax.bar(x, p_th[shown], 0.27, label=r"$\pi_\theta$ (DfPO)", color="white",
+       edgecolor=dfpo_colour, hatch="////")
+ax.bar(x + 0.27, p_minus[shown], 0.27, label=r"$\pi^-$ (DfPO inference, Eq. 8)",
+       color=dfpo_colour)
 ax.set_xticks(
     x,
     [
@@ -750,7 +775,8 @@ for name in ("DfPO, lr "
 #
 # Pick the baseline's KL coefficient and learning rate, DfPO's two ingredients and its
 # inference policy. Left: every precomputed run's reward against its grammatical rate
-# (grey), the chosen baseline (circle) and the chosen DfPO variant (star). Right: a few
+# (light grey), the chosen baseline (circle) and the chosen DfPO variant (star), each
+# in its method's colour. Right: a few
 # continuations of each. DfPO with masks and truncation off is the unpenalized
 # baseline; the ablations were trained at `lr` only. The continuations are sampled
 # live, so switching the inference policy ($\pi_\theta$, $\pi^-$, $\pi^+$) shows at once
@@ -795,14 +821,14 @@ def update(beta, lr_mult, mask, truncate, inference):
         1, 2, figsize=(10, 3.4), gridspec_kw=dict(width_ratios=[1, 1.6])
     )
     for name, r in results.items():
-        axes[0].scatter(r["grammatical"], r["reward"], color="0.75", s=18)
+        axes[0].scatter(r["grammatical"], r["reward"], color="0.82", s=18)
     axes[0].scatter(
         r0["grammatical"], r0["reward"], marker="s", color="k", s=40, label="reference"
     )
     axes[0].scatter(
         base["grammatical"],
         base["reward"],
-        color="C1",
+        color=STYLE[method_of(base_name)]["color"],
         s=70,
         edgecolor="k",
         label=f"PG beta={beta:g}, lr x{lr_mult:g}",
@@ -811,14 +837,14 @@ def update(beta, lr_mult, mask, truncate, inference):
         d["grammatical"],
         d["reward"],
         marker="*",
-        color="C3",
+        color=STYLE[method_of(d_name)]["color"],
         s=160,
         edgecolor="k",
         label=f"{d_name} [{which}]",
     )
     axes[0].set(xlim=(-0.05, 1.05), ylim=(-0.05, 1.05), xlabel="grammatical rate",
                 ylabel="reward")
-    axes[0].legend(fontsize=6, loc="lower left")
+    axes[0].legend(fontsize=7, loc="lower left")
     axes[1].axis("off")
     lines = [("reference", r0)] + [(base_name, base), (f"{d_name} [{which}]", d)]
     y = 1.0

@@ -616,6 +616,7 @@ train_gan(g_warm, d_warm, sample_spiral, cfg.warmup_steps, generator=gen,
           progress=lambda it: icmlbook.progress(it, desc="warm-up"))
 
 ARMS = ("GAN", "SMaRt, exact score", "SMaRt, learned score")
+STYLE = icmlbook.method_styles(*ARMS)  # one colour per arm in every figure
 real_eval = sample_spiral(1500)
 final, curves, G = compare_arms(
     g_warm,
@@ -659,23 +660,25 @@ fig, axes = plt.subplots(1, 4, figsize=(11, 2.9))
 for i, arm in enumerate(ARMS):
     pts, ax = show[i * n_rep], axes[i]
     far = manifold_distance(pts, means) > OFF_DIST
-    ax.scatter(*real_eval.T, s=1, color="0.75", label="data")
-    ax.scatter(*pts[~far].T, s=1, color="C0", label="on")
-    ax.scatter(*pts[far].T, s=2, color="C3", label="off")
+    ax.scatter(*real_eval.T, s=1, color="0.8", label="data")
+    ax.scatter(*pts[~far].T, s=1, color=STYLE[arm]["color"], label="on the manifold")
+    ax.scatter(*pts[far].T, s=2, color="k", label="off")
     ax.set(title=f"{arm}\noff "
                  f"{float(far.float().mean()):.3f}", xlim=(-2.4, 2.4), ylim=(-2.4, 2.4),
            aspect="equal", xticks=[], yticks=[])
 axes[0].legend(loc="lower left", markerscale=4, fontsize=7)
 steps_axis = np.arange(1, len(curves) + 1) * (cfg.reg_steps // len(curves))
 for i, arm in enumerate(ARMS):
-    axes[3].plot(steps_axis, [float(c[i]) for c in curves], marker="o", label=arm)
-axes[3].set(title="off-manifold fraction", xlabel="regularized steps", ylim=(0, None))
+    axes[3].plot(steps_axis, [float(c[i]) for c in curves], marker="o", **STYLE[arm])
+axes[3].set(title="off-manifold fraction", xlabel="regularized steps",
+            ylabel="fraction of samples", ylim=(0, None))
 axes[3].legend(fontsize=7)
 plt.show()
 
 # %% [markdown]
-# Replica 0 of each arm (red: off the manifold). All three started from the same warmed-up
-# generator; the difference is the score term alone.
+# Replica 0 of each arm, in the arm's colour (black: off the manifold; light grey: the
+# data). Right: the off-manifold fraction during the regularized steps. All three
+# started from the same warmed-up generator; the difference is the score term alone.
 
 # %% [markdown]
 # ## Claim checks
@@ -733,8 +736,9 @@ run.verdict()
 # ## Explore
 #
 # Fine-tune one warmed-up generator for `widget_steps` steps with your own regularizer and
-# watch where its samples go. The arrows are $-\nabla_x\mathcal L_{\rm score}$ at a point,
-# i.e. the force of Eq. 4 on a generated sample there (exact score, noise averaged over 4
+# watch where its samples go (red: SMaRt with the exact score; in the ring's right panel,
+# blue is the plain GAN, at $\lambda = 0$). The black arrows are
+# $-\nabla_x\mathcal L_{\rm score}$ at a point, i.e. the force of Eq. 4 on a generated sample there (exact score, noise averaged over 4
 # draws), normalized. Two data presets: the spiral of this chapter, and 8 isolated Gaussians
 # on a ring. On the ring the arrows show the score's mode-seeking nature: every point is
 # pulled into its nearest mode, including the "bridges" a continuous generator draws
@@ -841,9 +845,11 @@ def update(data, lam_w, lazy_w, band):
         1, 2 if ring else 1, figsize=(8.6 if ring else 4.6, 4.2), squeeze=False
     )
     ax = axes[0, 0]
-    ax.scatter(*sample_gmm(mu, s, 1500, widget_gen).T, s=1, color="0.75", label="data")
-    ax.scatter(*pts.T, s=1, color="C0", label="generated")
-    ax.quiver(*grid.T, *force.T, color="C3", alpha=0.6, scale=30, width=0.004)
+    arm = "GAN" if lam_w == 0 else "SMaRt, exact score"
+    ax.scatter(*sample_gmm(mu, s, 1500, widget_gen).T, s=1, color="0.8", label="data")
+    ax.scatter(*pts.T, s=1, color=STYLE[arm]["color"], label=f"generated ({arm})")
+    ax.quiver(*grid.T, *force.T, color="k", alpha=0.8, scale=20, width=0.005,
+              zorder=3)
     off = float(off_manifold_fraction(pts, mu, 4 * s)) if len(pts) else float("nan")
     ax.set(
         title=f"{data}: lambda {lam_w:g}, every {lazy_w} step(s), sigma "
@@ -867,8 +873,9 @@ def update(data, lam_w, lazy_w, band):
             )
         )
         ax2 = axes[0, 1]
-        ax2.scatter(*sample_gmm(mu, s, 1500, widget_gen).T, s=1, color="0.75")
-        ax2.scatter(*ring_scratch[i].clamp(-3, 3).T, s=1, color="C1")
+        ax2.scatter(*sample_gmm(mu, s, 1500, widget_gen).T, s=1, color="0.8")
+        arm = "GAN" if RING_LAMS[i] == 0 else "SMaRt, exact score"
+        ax2.scatter(*ring_scratch[i].clamp(-3, 3).T, s=1, color=STYLE[arm]["color"])
         ax2.set(title=f"from scratch, lambda {RING_LAMS[i]:g}, {cfg.ring_steps} "
                       f"steps:\n"
                       f"{ring_modes[i]} of 8 modes "

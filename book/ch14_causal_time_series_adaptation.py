@@ -88,6 +88,7 @@ check_range("lam_stab", lam_stab, 0.0, 100.0)
 
 # %%
 import numpy as np
+import matplotlib.colors as mcolors
 import matplotlib.pyplot as plt
 import torch
 import torch.nn.functional as F
@@ -177,6 +178,12 @@ CAUSAL_EDGE = (1, 0)  # (u, v): x_v drives x_u; the mask entry M[u, v]
 SPURIOUS_EDGE = (3, 2)
 # the same pair, the other direction
 REVERSE = {CAUSAL_EDGE: (0, 1), SPURIOUS_EDGE: (2, 3)}
+# figures: one colour per method (CauDiTS's ablations and lambda_stab variants are
+# lighter bars of CauDiTS's teal); the classes take palette colours no method uses,
+# the causal and spurious pairs black and grey
+STYLE = icmlbook.method_styles("source-only", "DANN", "CauDiTS")
+CLASS_COLOURS = [icmlbook.plot.PALETTE[i] for i in (3, 4, 6)]  # amber, purple, green
+PAIR_COLOURS = {CAUSAL_EDGE: "k", SPURIOUS_EDGE: "0.55"}
 CLASS_SIGN = np.array([1.0, -1.0, 0.0])  # sign of c_y and s_y per class
 TARGET_SCALE = np.array([1.3, 1.3, 0.8, 1.0, 1.5])  # per-variable covariate shift
 TARGET_OFFSET = np.array([0.5, 0.5, -0.3, 0.0, 1.0])
@@ -304,7 +311,7 @@ for name, (a_in, a_tr) in stat_acc.items():
 fig, axes = plt.subplots(1, 3, figsize=(9.5, 2.8))
 t_ax = np.arange(cfg.T)
 for v in range(V_VARS):
-    axes[0].plot(t_ax, xs[0, v] + 4 * (V_VARS - 1 - v), lw=0.8)
+    axes[0].plot(t_ax, xs[0, v] + 4 * (V_VARS - 1 - v), lw=0.8, color="0.25")
 axes[0].set(
     yticks=4 * np.arange(V_VARS),
     yticklabels=[f"$x_{v}$" for v in range(4, -1, -1)],
@@ -316,7 +323,8 @@ for ax, (x, y, dom) in zip(
 ):
     c, s = edge_statistics(x)
     for k in range(N_CLASSES):
-        ax.scatter(c[y == k], s[y == k], s=4, alpha=0.5, label=f"class {k}")
+        ax.scatter(c[y == k], s[y == k], s=4, alpha=0.5, color=CLASS_COLOURS[k],
+                   label=f"class {k}")
     ax.set(
         xlabel="causal statistic (x1~x0, lag 2)",
         ylabel="spurious stat. (x3~x2, lag 1)",
@@ -751,9 +759,21 @@ def pca_of_rationales(net, x_s, x_t):
 def draw_pca(ax, z, y_s, y_t, title):
     n = len(y_s)
     for k in range(N_CLASSES):
-        ax.scatter(*z[:n][y_s == k].T, s=5, color=f"C{k}", marker="o", alpha=0.4)
-        ax.scatter(*z[n:][y_t == k].T, s=9, color=f"C{k}", marker="x", alpha=0.5)
+        ax.scatter(*z[:n][y_s == k].T, s=5, color=CLASS_COLOURS[k], marker="o",
+                   alpha=0.4)
+        ax.scatter(*z[n:][y_t == k].T, s=9, color=CLASS_COLOURS[k], marker="x",
+                   alpha=0.5)
     ax.set(title=title, xticks=[], yticks=[])
+
+
+def bar_colour(name):
+    """A method's colour; CauDiTS's ablations and variants in a lighter CauDiTS teal;
+    the logistic baselines' feature sets in greys."""
+    if name in STYLE:
+        return STYLE[name]["color"]
+    if name.startswith(("no ", "λ_stab")):
+        return mcolors.to_rgba(STYLE["CauDiTS"]["color"], 0.5)
+    return {"causal": "0.25", "spurious": "0.55", "both": "0.75"}[name]
 
 
 def draw_bars(ax, accs, title):
@@ -761,7 +781,7 @@ def draw_bars(ax, accs, title):
     ax.bar(
         range(len(names)),
         [accs[k] for k in names],
-        color=[f"C{i}" for i in range(len(names))],
+        color=[bar_colour(k) for k in names],
     )
     ax.axhline(1 / N_CLASSES, color="k", ls=":", lw=1)
     ax.set(xticks=range(len(names)), ylim=(0, 1), title=title)
@@ -782,7 +802,8 @@ draw_mask(axes[2], D_hat, "stability discrepancy $\\hat D$")
 im = draw_mask(axes[3], mask, "CauDiTS mask M")
 fig.colorbar(im, ax=axes[3], fraction=0.046)
 pairs = [CAUSAL_EDGE, REVERSE[CAUSAL_EDGE], SPURIOUS_EDGE, REVERSE[SPURIOUS_EDGE]]
-axes[4].bar(range(4), [mask[e] for e in pairs], color=["C2", "C2", "C3", "C3"])
+axes[4].bar(range(4), [mask[e] for e in pairs],
+            color=[PAIR_COLOURS[CAUSAL_EDGE]] * 2 + [PAIR_COLOURS[SPURIOUS_EDGE]] * 2)
 axes[4].set(xticks=range(4), ylim=(0, 1), title="mask on the two pairs")
 axes[4].set_xticklabels([f"{u}←{v}" for u, v in pairs])
 plt.show()
@@ -800,7 +821,9 @@ axes[0].set_xlabel("o source, x target; colour = class")
 plt.show()
 
 # %% [markdown]
-# What the figures show. **Source-only** reads the strongest source signal, the spurious
+# What the figures show (source-only blue, DANN red, CauDiTS teal; classes 0, 1 and 2
+# amber, purple and green; the causal pair's mask bars black, the spurious pair's grey).
+# **Source-only** reads the strongest source signal, the spurious
 # edge, so in the target its classes 0 and 1 swap: the target crosses (×) sit in the
 # wrong colour's cluster. **DANN** does not help and often makes it worse: aligning
 # the *marginal* distributions of the two domains happily maps the source's class-0
@@ -911,18 +934,17 @@ if cfg.ablations:
               f"{M[2, 3]:>7.2f}")
     fig, axes = plt.subplots(1, 2, figsize=(9, 2.9))
     pos = np.arange(len(STAB_SWEEP))
-    axes[0].plot(
-        pos, [sweep[lam][0] for lam in STAB_SWEEP], "o-", color="C2", label="CauDiTS"
-    )
-    for name, color in [("source-only", "C0"), ("DANN", "C1")]:  # the bars' colours
-        axes[0].axhline(results[name][1], color=color, ls="--", lw=1, label=name)
+    axes[0].plot(pos, [sweep[lam][0] for lam in STAB_SWEEP], marker="o",
+                 **STYLE["CauDiTS"])
+    for name in ("source-only", "DANN"):
+        axes[0].axhline(results[name][1], lw=1, **{**STYLE[name], "linestyle": "--"})
     axes[0].set(ylim=(0, 1), ylabel="target accuracy", title="target accuracy")
     axes[0].legend(fontsize=8)
     for (u, v), color, ls in [
-        (CAUSAL_EDGE, "C2", "-"),
-        (REVERSE[CAUSAL_EDGE], "C2", ":"),
-        (SPURIOUS_EDGE, "C3", "-"),
-        (REVERSE[SPURIOUS_EDGE], "C3", ":"),
+        (CAUSAL_EDGE, PAIR_COLOURS[CAUSAL_EDGE], "-"),
+        (REVERSE[CAUSAL_EDGE], PAIR_COLOURS[CAUSAL_EDGE], ":"),
+        (SPURIOUS_EDGE, PAIR_COLOURS[SPURIOUS_EDGE], "-"),
+        (REVERSE[SPURIOUS_EDGE], PAIR_COLOURS[SPURIOUS_EDGE], ":"),
     ]:
         axes[1].plot(
             pos,
@@ -1078,7 +1100,7 @@ def update(strength, mode, factor, model):
     ):
         c, s = edge_statistics(x)
         for k in range(N_CLASSES):
-            ax.scatter(c[y == k], s[y == k], s=4, alpha=0.5, color=f"C{k}")
+            ax.scatter(c[y == k], s[y == k], s=4, alpha=0.5, color=CLASS_COLOURS[k])
         ax.set(
             xlim=(-1, 1),
             ylim=(-1.05, 1.05),
@@ -1088,7 +1110,8 @@ def update(strength, mode, factor, model):
         )
     draw_bars(axes[0, 2], {f"{k}": v[1] for k, v in sa.items()},
               "logistic on statistics: target acc")
-    draw_mask(axes[1, 0], views[model][0], f"{model}: mask M")
+    im = draw_mask(axes[1, 0], views[model][0], f"{model}: mask M")
+    fig.colorbar(im, ax=axes[1, 0], fraction=0.046)
     draw_pca(axes[1, 1], views[model][1], ys_test[:n_view], yt_test[:n_view],
              f"{model}: PCA of $r^c$ (o src, x tgt)")
     draw_bars(axes[1, 2], target_accs, "trained networks: target acc")

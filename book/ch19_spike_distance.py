@@ -305,6 +305,9 @@ MIN_DIST = 0.25  # the distance assigned to a spike bin (Eq. 2)
 INTERVALS = (2, 5, 10, 20, 40)  # Poisson summation intervals L, in ms
 MODES = ("round", "floor", "sample")  # Poisson count decisions
 SIGMAS = (0, 1, 2, 5, 10, 20, 50)  # smoothing widths of the evaluation, in ms
+# one colour per predictor in every figure (a Poisson model's colour is its decision)
+STYLE = icmlbook.method_styles("distance model", *(f"Poisson, {m}" for m in MODES))
+REPEAT_STYLE = dict(color="0.5", linestyle="--", label="repeat trial")  # a reference
 
 
 def spike_distance(spike_times, length, d_max):
@@ -716,18 +719,20 @@ axes[0].set(title="temporal filter $k$", xlabel="lag (ms)")
 t_show = np.arange(2000, 3000) if len(stim_test) >= 3000 else np.arange(len(stim_test))
 axes[1].plot(t_show, g_test[t_show], color="0.5", lw=1, label="generator $g_t$")
 axes[1].step(t_show, stim_test[t_show] * 0.5 - 3.2, color="0.8", lw=1, label="stimulus")
+# the two cells are data, not predictors: palette colours no predictor uses
+regime_colours = dict(zip(REGIMES, [icmlbook.plot.PALETTE[i] for i in (4, 6)]))
 for i, regime in enumerate(REGIMES):
     s = t_show[data[regime]["test"][t_show] > 0]
     r = t_show[data[regime]["repeat"][t_show] > 0]
-    axes[1].eventplot(
+    rows = axes[1].eventplot(
         [s, r],
         lineoffsets=[3.2 + 1.2 * i, 3.7 + 1.2 * i],
         linelengths=0.4,
-        colors=f"C{i}",
-        label=regime,
+        colors=regime_colours[regime],
     )
+    rows[0].set_label(f"{regime} cell")
 axes[1].set(title="test recording: two trials per regime", xlabel="t (ms)", yticks=[])
-axes[1].legend(loc="lower right", ncol=3, fontsize=7)
+axes[1].legend(loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=7)
 plt.show()
 
 # %% [markdown]
@@ -799,17 +804,19 @@ demo_fit = infer_spikes(demo_noisy, d_max, confidence_low, demo_rng, keep_beyond
 fig, ax = plt.subplots(figsize=(7, 2.6))
 ax.plot(spike_distance(demo_S, PRED_LEN, d_max), color="0.6", lw=2, label="true $d$ "
                                                                           "(Eq. 2)")
-ax.plot(demo_noisy, "o", ms=3, color="C0", label=r"noisy $\hat d$")
-ax.plot(spike_distance(demo_fit, PRED_LEN, d_max), color="C3", lw=1,
-        label=f"implied by the greedy's spikes (after {len(demo_trace)} removals)")
+ax.plot(demo_noisy, "o", ms=3, color="k", label=r"noisy $\hat d$")
+ax.plot(spike_distance(demo_fit, PRED_LEN, d_max), lw=1,
+        **{**STYLE["distance model"], "label": "implied by the greedy's spikes "
+                                               f"(after {len(demo_trace)} removals)"})
 ax.eventplot(
     [[s for s in demo_S if s < PRED_LEN]], lineoffsets=-4, linelengths=4, colors="0.4"
 )
 ax.eventplot(
-    [[s for s in demo_fit if s < PRED_LEN]], lineoffsets=-9, linelengths=4, colors="C3"
+    [[s for s in demo_fit if s < PRED_LEN]], lineoffsets=-9, linelengths=4,
+    colors=STYLE["distance model"]["color"],
 )
 ax.set(xlabel="bin in the window (ms)", ylabel="distance (ms)",
-       title="greedy inference: true spikes (grey ticks) vs recovered (red ticks)")
+       title="greedy inference: true spikes (grey ticks) vs recovered (blue ticks)")
 ax.legend(loc="upper right", fontsize=7)
 plt.show()
 
@@ -880,12 +887,14 @@ def raster_panel(ax, regime, Lsel, mode, t_lo, t_hi, d_max):
     """
     r = results[regime]
     t = np.arange(t_lo, t_hi)
-    ax.plot(t, np.minimum(r["d_hat"][t], d_max), color="C0", lw=1, label=r"predicted "
-                                                                         r"$\hat d$")
-    rows = [("recorded", r["truth"], "k"), ("distance "
-                                            "model", r["preds"]["distance"], "C0"),
-            (f"Poisson L={Lsel} {mode}", r["preds"][f"Poisson L={Lsel} {mode}"], "C1"),
-            ("repeat trial", r["preds"]["repeat trial"], "0.6")]
+    dist_colour = STYLE["distance model"]["color"]
+    ax.plot(t, np.minimum(r["d_hat"][t], d_max), color=dist_colour, lw=1,
+            label=r"predicted $\hat d$")
+    rows = [("recorded", r["truth"], "k"),
+            ("distance model", r["preds"]["distance"], dist_colour),
+            (f"Poisson L={Lsel} {mode}", r["preds"][f"Poisson L={Lsel} {mode}"],
+             STYLE[f"Poisson, {mode}"]["color"]),
+            ("repeat trial", r["preds"]["repeat trial"], REPEAT_STYLE["color"])]
     for i, (name, train, color) in enumerate(rows):
         ax.eventplot(
             [t[train[t] > 0]], lineoffsets=-6 - 7 * i, linelengths=5, colors=color
@@ -931,19 +940,17 @@ def count_ratio(regime, name):
 
 fig, axes = plt.subplots(1, 2, figsize=(8, 2.8), sharey=True)
 for ax, regime in zip(axes, REGIMES):
-    for i, mode in enumerate(MODES):
+    for mode in MODES:
         ax.plot(INTERVALS, [count_ratio(regime, f"Poisson L={L} "
                                                 f"{mode}") for L in INTERVALS],
-                "o-", color=f"C{i + 1}", label=f"Poisson, {mode}")
-    ax.axhline(count_ratio(regime, "distance"), color="C0", lw=2, label="distance "
-                                                                        "model")
+                marker="o", **STYLE[f"Poisson, {mode}"])
+    ax.axhline(count_ratio(regime, "distance"), lw=2, **STYLE["distance model"])
     ax.axhline(1.0, color="k", ls="--", lw=1, label="recorded")
-    ax.set(xscale="log", xticks=INTERVALS, xticklabels=INTERVALS, xlabel="Poisson "
-                                                                         "interval L "
-                                                                         "(ms)",
-           title=f"{regime} cell")
+    ax.set(xlabel="Poisson interval L (ms)", title=f"{regime} cell")
+    icmlbook.log_axis(ax, "x")
+    ax.set_xticks(INTERVALS, [str(L) for L in INTERVALS])
 axes[0].set_ylabel("predicted / recorded spikes")
-axes[0].legend(fontsize=7)
+axes[0].legend(fontsize=7, loc="lower left", bbox_to_anchor=(0.0, 0.08))
 plt.show()
 
 # %% [markdown]
@@ -969,19 +976,21 @@ fig, axes = plt.subplots(1, 2, figsize=(8, 3.0), sharey=True)
 for ax, regime in zip(axes, REGIMES):
     sch = results[regime]["sch"]
     for i, L in enumerate(INTERVALS):
-        for mode, ls in zip(MODES, ("-", ":", "--")):
-            ax.plot(SIGMAS, sch[f"Poisson L={L} "
-                                f"{mode}"], ls=ls, lw=0.9, color=plt.cm.autumn(i / 5),
-                    label=f"L={L}" if mode == "round" else None)
-    ax.plot(SIGMAS, sch["repeat trial"], color="0.5", lw=1.5, label="repeat trial")
-    ax.plot(SIGMAS, sch["distance"], color="C0", lw=2.5, label="distance model")
+        for mode in MODES:
+            ax.plot(SIGMAS, sch[f"Poisson L={L} {mode}"], lw=0.9,
+                    alpha=0.3 + 0.7 * i / (len(INTERVALS) - 1),
+                    **{**STYLE[f"Poisson, {mode}"],
+                       "label": None if i < len(INTERVALS) - 1
+                       else STYLE[f"Poisson, {mode}"]["label"]})
+    ax.plot(SIGMAS, sch["repeat trial"], lw=1.5, **REPEAT_STYLE)
+    ax.plot(SIGMAS, sch["distance"], lw=2.5, **STYLE["distance model"])
     ax.set(xscale="symlog", xlabel=r"smoothing $\sigma$ "
                                    r"(ms)", title=f"{regime} "
                                                   f"cell", xlim=(0, max(SIGMAS)),
            xticks=SIGMAS, xticklabels=SIGMAS)
 axes[0].set_ylabel("Schreiber similarity")
-axes[0].legend(fontsize=6, ncol=2, title="Poisson: round -, floor :, sample "
-                                         "--", title_fontsize=6)
+axes[0].legend(fontsize=7, title="Poisson: faint L = 2 ms to full L = 40 ms",
+               title_fontsize=7)
 plt.show()
 
 # %%
@@ -1168,11 +1177,10 @@ def update(regime, L, mode, sigma, start):
     for other in r["sch"]:
         if other.startswith("Poisson"):
             ax.plot(SIGMAS, r["sch"][other], color="0.85", lw=0.8)
-    ax.plot(SIGMAS, r["sch"][name], color="C1", lw=2, label=name)
-    ax.plot(SIGMAS, r["sch"]["repeat "
-                             "trial"], color="0.5", ls="--", lw=1.2, label="repeat "
-                                                                           "trial")
-    ax.plot(SIGMAS, r["sch"]["distance"], color="C0", lw=2, label="distance model")
+    ax.plot(SIGMAS, r["sch"][name], lw=2,
+            **{**STYLE[f"Poisson, {mode}"], "label": name})
+    ax.plot(SIGMAS, r["sch"]["repeat trial"], lw=1.2, **REPEAT_STYLE)
+    ax.plot(SIGMAS, r["sch"]["distance"], lw=2, **STYLE["distance model"])
     ax.axvline(sigma, color="k", lw=0.8)
     now = {k: schreiber(r["truth"], r["preds"][k], sigma) for k in ("distance", name)}
     ax.set(
