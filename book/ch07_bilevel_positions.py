@@ -95,9 +95,10 @@ D_MODEL, N_LAYERS, N_HEADS = 48, 2, 4  # the tiny transformer of every variant
 LR = 3e-3  # AdamW learning rate (cosine decay, clip 1.0: icmlbook.tinygpt.fit_lm)
 FACTORS = (1, 2, 4, 8)  # evaluation lengths, in multiples of train_len
 FAR = 64  # "far" positions: the last 64 of a window
-print(f"tier {tier}: {cfg.steps} steps of batch {cfg.batch} x {train_len} characters "
-      f"per "
-      f"model, evaluation on {cfg.n_eval} windows of {max(FACTORS) * train_len}")
+print(
+    f"tier {tier}: {cfg.steps} steps of batch {cfg.batch} x {train_len} characters per "
+    f"model, evaluation on {cfg.n_eval} windows of {max(FACTORS) * train_len}"
+)
 
 # %% [markdown]
 # ## The idea in math
@@ -214,10 +215,12 @@ test_text = chain_text(CHAIN, 100_000, seed=2000 + seed)
 seg_lengths = np.diff(np.flatnonzero(test_text.numpy() == SEP_ID))
 print(f"alphabet of {len(TOK)} characters: {''.join(TOK.symbols)!r}")
 print(TOK.decode(test_text[:120].tolist()) + " ...")
-print(f"segment length: mean {seg_lengths.mean():.1f}, min {seg_lengths.min()}, "
-      f"max {seg_lengths.max()} characters; a window of L = {train_len} holds about "
-      f"{train_len / seg_lengths.mean():.1f} segments, one of 8 L about "
-      f"{8 * train_len / seg_lengths.mean():.0f}")
+print(
+    f"segment length: mean {seg_lengths.mean():.1f}, min {seg_lengths.min()}, max "
+    f"{seg_lengths.max()} characters; a window of L = {train_len} holds about "
+    f"{train_len / seg_lengths.mean():.1f} segments, one of 8 L about "
+    f"{8 * train_len / seg_lengths.mean():.0f}"
+)
 
 # %% [markdown]
 # ## From scratch
@@ -341,8 +344,10 @@ for pe in ("BiPE-RoPE", "BiPE-ALiBi"):
     with torch.no_grad():
         a = model(probe, **pos)
         b = model(probe, abs_pos=pos["abs_pos"], rel_pos=pos["rel_pos"] + 1000)
-    print(f"{pe}: max |logit change| when every segment index moves by 1000: "
-          f"{(a - b).abs().max().item():.1e}")
+    print(
+        f"{pe}: max |logit change| when every segment index moves by 1000: "
+        f"{(a - b).abs().max().item():.1e}"
+    )
 
 # %% [markdown]
 # ### Training and the per-position loss (Eq. 5)
@@ -416,8 +421,9 @@ def length_report(curve, train_len, factors=FACTORS, far=FAR):
     k L."""
     out = {"in-dist": float(curve[:train_len].mean())}
     for k in factors:
-        out[f"far "
-            f"{k}x"] = float(curve[max(0, k * train_len - far):k * train_len].mean())
+        out[f"far {k}x"] = float(
+            curve[max(0, k * train_len - far) : k * train_len].mean()
+        )
         out[f"all {k}x"] = float(curve[:k * train_len].mean())
     return out
 
@@ -497,9 +503,9 @@ plt.show()
 
 # %%
 def table_row(name, rep, n_params):
-    cells = [f"{rep['in-dist']:.3f}"] + [f"{rep[f'all {k}x']:.3f} / "
-                                         f"{rep[f'far {k}x']:.3f}"
-                                         for k in FACTORS[1:]]
+    cells = [f"{rep['in-dist']:.3f}"] + [
+        f"{rep[f'all {k}x']:.3f} / {rep[f'far {k}x']:.3f}" for k in FACTORS[1:]
+    ]
     return f"{name:<22}" + "".join(f"{c:>16}" for c in cells) + f"{n_params:>9,d}"
 
 
@@ -555,8 +561,10 @@ T8 = inputs.shape[1]
 subject = torch.zeros_like(inputs, dtype=torch.bool)
 subject[:, 1:] = (inputs[:, 1:] == TOK.id(" ")) & (inputs[:, :-1] == SEP_ID)
 regions = {"in-dist": slice(0, train_len), "far 8x": slice(T8 - FAR, T8)}
-print(f"{'model':<12}{'region':>9} | {'subject':>8} {'others':>7} | attention on: "
-      f"{'own':>5} {'prev':>5} {'older':>5}")
+print(
+    f"{'model':<12}{'region':>9} | {'subject':>8} {'others':>7} | attention on: "
+    f"{'own':>5} {'prev':>5} {'older':>5}"
+)
 split = {}
 for pe in ("RoPE", "BiPE-RoPE", "ALiBi", "BiPE-ALiBi"):
     nll = nlls[(pe, "sentences")]
@@ -565,8 +573,10 @@ for pe in ("RoPE", "BiPE-RoPE", "ALiBi", "BiPE-ALiBi"):
         own, prev, older = attention_by_segment(models[(pe, "sentences")], inputs[:8],
                                                 positions_for(pe, train_len), r)
         split[(pe, region)] = (float(subj), float(other))
-        print(f"{pe:<12}{region:>9} | {subj:8.3f} {other:7.3f} | {'':>13} "
-              f"{own:5.2f} {prev:5.2f} {older:5.2f}")
+        print(
+            f"{pe:<12}{region:>9} | {subj:8.3f} {other:7.3f} | {'':>13} {own:5.2f} "
+            f"{prev:5.2f} {older:5.2f}"
+        )
 run.metric(
     "loss on subject letters / others",
     {
@@ -630,8 +640,7 @@ ax.plot(smooth(curves[("RoPE", "sentences")]), lw=1,
         **{**STYLE["RoPE"], "label": "RoPE (flat)"})
 ax.axvline(train_len, color="k", ls=":", lw=0.8)
 log_loss_axis(ax)
-ax.set(xlabel="position "
-              "t", ylabel=r"loss $\ell_t$ (nats/char)",
+ax.set(xlabel="position t", ylabel=r"loss $\ell_t$ (nats/char)",
        title="BiPE-RoPE with three segmentation rules")
 ax.legend(loc="upper left")
 plt.show()
@@ -680,30 +689,52 @@ alibi, bipe_alibi = (
     reports[("ALiBi", "sentences")],
     reports[("BiPE-ALiBi", "sentences")],
 )
-run.claim("RoPE far(8x) / "
-          "in-dist", rope["far 8x"] / rope["in-dist"], ">=", C1_ROPE_BLOWUP,
-          "a flat RoPE model's loss explodes on positions past its training length")
+run.claim(
+    "RoPE far(8x) / in-dist",
+    rope["far 8x"] / rope["in-dist"],
+    ">=",
+    C1_ROPE_BLOWUP,
+    "a flat RoPE model's loss explodes on positions past its training length",
+)
 for k in (4, 8):
-    run.claim(f"BiPE-RoPE / RoPE "
-              f"far({k}x)", bipe[f"far {k}x"] / rope[f"far {k}x"], "<=",
-              C2_BIPE_OVER_ROPE, f"BiPE-RoPE's loss at {k}x the training length is far "
-                                 f"below "
-              "RoPE's")
-run.claim("BiPE-RoPE far(2x) / "
-          "in-dist", bipe["far 2x"] / bipe["in-dist"], "<=", C3_FLAT_2X,
-          "BiPE-RoPE is nearly flat at twice the training length")
+    run.claim(
+        f"BiPE-RoPE / RoPE far({k}x)",
+        bipe[f"far {k}x"] / rope[f"far {k}x"],
+        "<=",
+        C2_BIPE_OVER_ROPE,
+        f"BiPE-RoPE's loss at {k}x the training length is far below RoPE's",
+    )
+run.claim(
+    "BiPE-RoPE far(2x) / in-dist",
+    bipe["far 2x"] / bipe["in-dist"],
+    "<=",
+    C3_FLAT_2X,
+    "BiPE-RoPE is nearly flat at twice the training length",
+)
 run.claim("in-dist cost BiPE-RoPE - RoPE", bipe["in-dist"] - rope["in-dist"], "<=",
           C4_INDIST_COST, "BiPE-RoPE costs nothing in distribution")
-run.claim("in-dist cost BiPE-ALiBi - "
-          "ALiBi", bipe_alibi["in-dist"] - alibi["in-dist"], "<=",
-          C4_INDIST_COST, "BiPE-ALiBi costs nothing in distribution")
-run.claim("BiPE-ALiBi far(8x) - "
-          "in-dist", bipe_alibi["far 8x"] - bipe_alibi["in-dist"], "<=",
-          C5_ALIBI_FLAT, "BiPE-ALiBi stays flat at 8x the training length")
+run.claim(
+    "in-dist cost BiPE-ALiBi - ALiBi",
+    bipe_alibi["in-dist"] - alibi["in-dist"],
+    "<=",
+    C4_INDIST_COST,
+    "BiPE-ALiBi costs nothing in distribution",
+)
+run.claim(
+    "BiPE-ALiBi far(8x) - in-dist",
+    bipe_alibi["far 8x"] - bipe_alibi["in-dist"],
+    "<=",
+    C5_ALIBI_FLAT,
+    "BiPE-ALiBi stays flat at 8x the training length",
+)
 worst_ablation = min(reports[("BiPE-RoPE", r)]["far 8x"] for r in ("chunks", "random"))
-run.claim("meaningless segments / sentences "
-          "far(8x)", worst_ablation / bipe["far 8x"], ">=",
-          C6_SEGMENTS, "BiPE needs segments that follow the text's structure")
+run.claim(
+    "meaningless segments / sentences far(8x)",
+    worst_ablation / bipe["far 8x"],
+    ">=",
+    C6_SEGMENTS,
+    "BiPE needs segments that follow the text's structure",
+)
 run.metric("BiPE-ALiBi - ALiBi far(8x)", bipe_alibi["far 8x"] - alibi["far 8x"])
 run.metric("sinusoidal far(2x) / in-dist",
            reports[("sinusoidal", "sentences")]["far 2x"]
@@ -823,11 +854,13 @@ def update(pe, test_factor, sentence_mods, segmentation):
     ax.axvline(train_len, color="k", ls=":", lw=0.8)
     far = curve[-FAR:].mean()
     log_loss_axis(ax)
-    ax.set(xlabel="position t", ylabel=r"loss $\ell_t$ (nats/char)",
-           title=f"{pe}: in-dist {curve[:train_len].mean():.3f}, last 64 of "
-                 f"{test_factor} L "
-                 f"{far:.3f} (RoPE {ref[-FAR:].mean():.3f}); {mods[0]}-{mods[1]} "
-                 f"modifiers")
+    ax.set(
+        xlabel="position t",
+        ylabel=r"loss $\ell_t$ (nats/char)",
+        title=f"{pe}: in-dist {curve[:train_len].mean():.3f}, last 64 of {test_factor} "
+              f"L {far:.3f} (RoPE {ref[-FAR:].mean():.3f}); {mods[0]}-{mods[1]} "
+              f"modifiers",
+    )
     ax.legend(loc="upper left")
     att, stops = widget_attention(pe, rule, mods, n)
     im = ax_att.imshow(att, cmap="viridis", aspect="auto", vmin=0)
@@ -835,9 +868,12 @@ def update(pe, test_factor, sentence_mods, segmentation):
     for x in stops:
         ax_att.axvline(x, color="w", lw=0.6, alpha=0.5)
     ax_att.grid(False)
-    ax_att.set(title="attention, last 40 "
-                     "queries", xlabel="last 80 keys (lines: full stops)",
-               xticks=[], yticks=[])
+    ax_att.set(
+        title="attention, last 40 queries",
+        xlabel="last 80 keys (lines: full stops)",
+        xticks=[],
+        yticks=[],
+    )
     plt.show()
     text = widget_windows(mods)[:1, :28]
     intra, seg = bilevel_ids(
@@ -853,8 +889,10 @@ def update(pe, test_factor, sentence_mods, segmentation):
     print("seg   ", "".join(f"{v:>3}" for v in seg[0].tolist()))
     print("intra ", "".join(f"{v:>3}" for v in intra[0].tolist()))
     if not VARIANTS[pe][2]:
-        print(f"({pe} reads the flat positions 0, 1, 2, ...; these ids are shown for "
-              f"comparison)")
+        print(
+            f"({pe} reads the flat positions 0, 1, 2, ...; these ids are shown for "
+            f"comparison)"
+        )
 
 
 # precompute the training distribution's curves: most moves only redraw

@@ -147,9 +147,10 @@ REGIMES = ("offline", "on-policy", "adaptive")
 # one colour per method in every figure; the offline regime is the SKL run itself
 STYLE = icmlbook.method_styles(*LOSSES, "on-policy", "adaptive")
 STYLE["offline"] = {**STYLE["SKL"], "label": "offline"}
-print(f"tier {tier}: teacher {cfg.teacher_steps} steps, student SFT {cfg.sft_steps} "
-      f"steps, "
-      f"distillation {cfg.steps} steps of {BATCH} sequences")
+print(
+    f"tier {tier}: teacher {cfg.teacher_steps} steps, student SFT {cfg.sft_steps} "
+    f"steps, distillation {cfg.steps} steps of {BATCH} sequences"
+)
 
 # %% [markdown]
 # ## The idea in math
@@ -569,11 +570,15 @@ with torch.no_grad():
 prompts = make_pool(cfg.n_samples, random.Random(20_000 + seed))[:, : 1 + PROMPT_LEN]
 teacher_q = sample_quality(teacher, teacher, prompts, seed)
 sft_kl = heldout_kl(student, val, val_teacher_logits)
-print(f"teacher: {teacher.n_params()} parameters, held-out NLL "
-      f"{heldout_nll(teacher, val):.3f}, "
-      f"{teacher_q['grammatical']:.0%} of its samples grammatical")
-print(f"student: {student.n_params()} parameters, after SFT held-out NLL "
-      f"{heldout_nll(student, val):.3f}, KL(p||q) {sft_kl:.3f}")
+print(
+    f"teacher: {teacher.n_params()} parameters, held-out NLL "
+    f"{heldout_nll(teacher, val):.3f}, {teacher_q['grammatical']:.0%} of its samples "
+    f"grammatical"
+)
+print(
+    f"student: {student.n_params()} parameters, after SFT held-out NLL "
+    f"{heldout_nll(student, val):.3f}, KL(p||q) {sft_kl:.3f}"
+)
 run.metric("teacher_nll", heldout_nll(teacher, val))
 run.metric("sft_kl", sft_kl)
 
@@ -596,17 +601,21 @@ g_skl = prob_gradient(skl_probs, p_real, q_real, alpha)
 g_fkl = prob_gradient(fkl_probs, p_real, q_real, 0.0)
 formula_err = float((g_skl - skl_grad_formula(p_real, q_real, alpha)).abs().max())
 skl_bound_ratio = float(g_skl.abs().max()) / ((1 - alpha) / alpha)
-print(f"{len(p_real)} positions: max |dSKL/dq| = {float(g_skl.abs().max()):.3f}, bound "
-      f"(1-alpha)/alpha = {(1 - alpha) / alpha:.3f}; Eq. 5 vs autograd: max error "
-      f"{formula_err:.1e}")
+print(
+    f"{len(p_real)} positions: max |dSKL/dq| = {float(g_skl.abs().max()):.3f}, bound "
+    f"(1-alpha)/alpha = {(1 - alpha) / alpha:.3f}; Eq. 5 vs autograd: max error "
+    f"{formula_err:.1e}"
+)
 print(f"same positions: max |dFKL/dq| = {float(g_fkl.abs().max()):.3g}")
 
 p_toy = torch.tensor([[0.5, 0.5, 0.0, 0.0]], dtype=torch.float64)
 q_toy = torch.tensor([[1e-6, 0.5, 0.25, 0.25 - 1e-6]], dtype=torch.float64)
 fkl_toy = float(prob_gradient(fkl_probs, p_toy, q_toy, 0.0).abs().max())
 skl_toy = float(prob_gradient(skl_probs, p_toy, q_toy, alpha).abs().max())
-print(f"crafted case (q = 1e-6 on a teacher mode): |dFKL/dq| = {fkl_toy:.3g}, "
-      f"|dSKL/dq| = {skl_toy:.3g}")
+print(
+    f"crafted case (q = 1e-6 on a teacher mode): |dFKL/dq| = {fkl_toy:.3g}, |dSKL/dq| "
+    f"= {skl_toy:.3g}"
+)
 run.metric("fkl_grad_max_real", float(g_fkl.abs().max()))
 
 qs = np.logspace(-6, 0, 200)
@@ -681,8 +690,10 @@ plt.show()
 
 final_kl = {k: h["kl"][-1] for k, h in loss_hists.items()}
 fast_kl = {k: h["kl"][-1] for k, h in fast_hists.items()}
-print(f"{'loss':<6} {'KL, lr ' + format(distill_lr, 'g'):>13} "
-      f"{'KL, lr ' + format(cfg.fast_lr, 'g'):>13}")
+print(
+    f"{'loss':<6} {'KL, lr ' + format(distill_lr, 'g'):>13} "
+    f"{'KL, lr ' + format(cfg.fast_lr, 'g'):>13}"
+)
 for kind in LOSSES:
     print(f"{kind:<6} {final_kl[kind]:>13.4f} {fast_kl[kind]:>13.4f}")
 run.metric("final_kl", final_kl)
@@ -741,17 +752,20 @@ for kind in LOSSES:
     )
     ax.plot(fast_hists[kind]["step"], fast_hists[kind]["kl"],
             **{**STYLE[kind], "linestyle": ":", "label": None})
-ax.set(xlabel="distillation "
-              "step", ylabel="held-out KL to the clean teacher",
+ax.set(xlabel="distillation step", ylabel="held-out KL to the clean teacher",
        title=f"noisy teacher (solid), clean teacher (dotted), lr {cfg.fast_lr:g}")
 icmlbook.log_axis(ax, "y")
 ax.legend()
 plt.show()
-print(f"{'loss':<6} {'KL, clean teacher':>17} {'KL, noisy teacher':>17} "
-      f"{'sample NLL, noisy':>17}")
+print(
+    f"{'loss':<6} {'KL, clean teacher':>17} {'KL, noisy teacher':>17} "
+    f"{'sample NLL, noisy':>17}"
+)
 for kind in LOSSES:
-    print(f"{kind:<6} {fast_kl[kind]:>17.4f} {noisy_kl[kind]:>17.4f} "
-          f"{noisy_quality[kind]['gen_nll']:>17.3f}")
+    print(
+        f"{kind:<6} {fast_kl[kind]:>17.4f} {noisy_kl[kind]:>17.4f} "
+        f"{noisy_quality[kind]['gen_nll']:>17.3f}"
+    )
 run.metric("final_kl_noisy_teacher", noisy_kl)
 run.metric("gen_nll_noisy_teacher", {k: q["gen_nll"] for k, q in noisy_quality.items()})
 
@@ -805,17 +819,24 @@ for regime in icmlbook.progress(("on-policy", "adaptive"), desc="regimes"):
 regime_quality = {r: sample_quality(s, teacher, prompts, seed + 2)
                   for r, s in regime_students.items()}
 
-print(f"{'regime':<10} {'held-out KL':>11} {'gen NLL':>8} {'grammatical':>11} "
-      f"{'gen calls':>9} {'train s':>8} {'of it sampling':>14}")
+print(
+    f"{'regime':<10} {'held-out KL':>11} {'gen NLL':>8} {'grammatical':>11} "
+    f"{'gen calls':>9} {'train s':>8} {'of it sampling':>14}"
+)
 for r in REGIMES:
     h, qd = regime_hists[r], regime_quality[r]
-    print(f"{r:<10} {h['kl'][-1]:>11.4f} {qd['gen_nll']:>8.3f} "
-          f"{qd['grammatical']:>11.0%} "
-          f"{h['gen_calls']:>9d} {h['seconds']:>8.2f} {h['gen_seconds']:>14.2f}")
+    print(
+        f"{r:<10} {h['kl'][-1]:>11.4f} {qd['gen_nll']:>8.3f} "
+        f"{qd['grammatical']:>11.0%} {h['gen_calls']:>9d} {h['seconds']:>8.2f} "
+        f"{h['gen_seconds']:>14.2f}"
+    )
 src = regime_hists["adaptive"]["sources"]
-print("adaptive steps by "
-      "source:", {k: src.count(k) for k in ("generate", "replay", "data")},
-      " phi over the evaluations:", regime_hists["adaptive"]["phi"])
+print(
+    "adaptive steps by source:",
+    {k: src.count(k) for k in ("generate", "replay", "data")},
+    " phi over the evaluations:",
+    regime_hists["adaptive"]["phi"],
+)
 
 gen_ratio = (
     regime_quality["adaptive"]["gen_nll"] / regime_quality["on-policy"]["gen_nll"]
@@ -844,8 +865,9 @@ gen_s = [regime_hists[r]["gen_seconds"] for r in REGIMES]
 axes[1].barh(REGIMES, train_s, color="0.6", label="forward/backward")
 axes[1].barh(REGIMES, gen_s, left=train_s, color="0.85", label="sampling")
 for i, r in enumerate(REGIMES):
-    axes[1].text(train_s[i] + gen_s[i], i, f" {regime_hists[r]['gen_calls']} "
-                                           f"calls", va="center")
+    axes[1].text(
+        train_s[i] + gen_s[i], i, f" {regime_hists[r]['gen_calls']} calls", va="center"
+    )
 axes[1].set(
     xlabel="training seconds",
     xlim=(0, 1.35 * max(t + g for t, g in zip(train_s, gen_s))),
@@ -882,13 +904,17 @@ mode_quality = {k: sample_quality(fast_students[k], teacher, prompts, seed + 3)
                 for k in LOSSES}
 for kind in ("FKL", "RKL"):
     qd = mode_quality[kind]
-    print(f"{kind}: teacher NLL of samples {qd['gen_nll']:.4f}, grammatical "
-          f"{qd['grammatical']:.0%}, distinct openings {qd['distinct']:.0%}")
+    print(
+        f"{kind}: teacher NLL of samples {qd['gen_nll']:.4f}, grammatical "
+        f"{qd['grammatical']:.0%}, distinct openings {qd['distinct']:.0%}"
+    )
     for row in qd["samples"][:4]:
         w = words_of(row[1:])
         mark = "ok " if "<bos>" not in w and REVIEWS.accepts(w, prefix=True) else "BAD"
-        print(f"   {mark} {TOK.decode(row[1:1 + PROMPT_LEN])} | "
-              f"{TOK.decode(row[1 + PROMPT_LEN:])}")
+        print(
+            f"   {mark} {TOK.decode(row[1 : 1 + PROMPT_LEN])} | "
+            f"{TOK.decode(row[1 + PROMPT_LEN :])}"
+        )
 run.metric("mode_gen_nll", {k: q["gen_nll"] for k, q in mode_quality.items()})
 run.metric("mode_grammatical", {k: q["grammatical"] for k, q in mode_quality.items()})
 run.metric("mode_distinct", {k: q["distinct"] for k, q in mode_quality.items()})
@@ -921,18 +947,25 @@ run.metric("mode_distinct", {k: q["distinct"] for k, q in mode_quality.items()})
 # clean teacher). Both are recorded in the run's metrics.
 
 # %%
-run.claim("SKL grad / (1-alpha)/alpha", skl_bound_ratio, "<=", 1.000001,
-          "the skew KL gradient w.r.t. student probabilities is bounded by "
-          "(1-alpha)/alpha",
-          digits=7)
+run.claim(
+    "SKL grad / (1-alpha)/alpha",
+    skl_bound_ratio,
+    "<=",
+    1.000001,
+    "the skew KL gradient w.r.t. student probabilities is bounded by (1-alpha)/alpha",
+    digits=7,
+)
 run.claim("FKL grad at q=1e-6", fkl_toy, ">=", 1e5,
           "the forward KL gradient w.r.t. student probabilities is unbounded as q -> 0")
 run.claim("KL(SKL) / KL(RKL)", final_kl["SKL"] / final_kl["RKL"], "<=", 0.95,
           "skew KL distils to a lower held-out KL than reverse KL")
-run.claim("noisy teacher: KL(SKL) / "
-          "KL(FKL)", noisy_kl["SKL"] / noisy_kl["FKL"], "<=", 0.7,
-          "skew KL is robust where forward KL's unbounded gradient bites: a noisy "
-          "teacher")
+run.claim(
+    "noisy teacher: KL(SKL) / KL(FKL)",
+    noisy_kl["SKL"] / noisy_kl["FKL"],
+    "<=",
+    0.7,
+    "skew KL is robust where forward KL's unbounded gradient bites: a noisy teacher",
+)
 run.claim("adaptive / on-policy gen NLL", gen_ratio, "<=", 1.05,
           "adaptive off-policy SGO keeps the generation quality of on-policy SGO")
 run.claim("adaptive / on-policy gen calls", calls_ratio, "<=", 0.5,
@@ -966,8 +999,10 @@ def skl_geometric_probs(p, q, alpha):
 
 
 g_geo = prob_gradient(skl_geometric_probs, p_real, q_real, alpha)
-print(f"log-space mixture: max |dL/dq| / ((1-alpha)/alpha) = "
-      f"{float(g_geo.abs().max()) / ((1 - alpha) / alpha):.3g} (claim 1 needs <= 1)")
+print(
+    f"log-space mixture: max |dL/dq| / ((1-alpha)/alpha) = "
+    f"{float(g_geo.abs().max()) / ((1 - alpha) / alpha):.3g} (claim 1 needs <= 1)"
+)
 
 # %% [markdown]
 # ## Explore
@@ -1039,8 +1074,11 @@ def update(alpha_w, kind, regime, target):
     )
     axes[1].set(ylabel="seconds", title=f"{h['gen_calls']} generation calls")
     axes[2].axis("off")
-    lines = [f"grammatical {qd['grammatical']:.0%}, distinct {qd['distinct']:.0%}, "
-             f"teacher NLL {qd['gen_nll']:.2f}", ""]
+    lines = [
+        f"grammatical {qd['grammatical']:.0%}, distinct {qd['distinct']:.0%}, teacher "
+        f"NLL {qd['gen_nll']:.2f}",
+        "",
+    ]
     for row in qd["samples"][:4]:
         lines.append(TOK.decode(row[1:1 + PROMPT_LEN]) + " | "
                      + TOK.decode(row[1 + PROMPT_LEN:1 + PROMPT_LEN + 9]) + " ...")

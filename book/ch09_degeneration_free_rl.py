@@ -109,9 +109,10 @@ def method_of(run_name):
     return run_name.split(" [")[0].split(", lr")[0]
 
 
-print(f"tier {tier}: vocabulary {len(TOK)} words, {cfg.iters} RL iterations of "
-      f"{cfg.n_prompts} prompts x {cfg.group} samples, {cont_len} words per "
-      f"continuation")
+print(
+    f"tier {tier}: vocabulary {len(TOK)} words, {cfg.iters} RL iterations of "
+    f"{cfg.n_prompts} prompts x {cfg.group} samples, {cont_len} words per continuation"
+)
 
 # %% [markdown]
 # ## The toy language and the reward
@@ -198,9 +199,10 @@ def train_reference(lm_data, vocab_size, steps, seed):
 
 
 ref, ref_losses = train_reference(lm_data, len(TOK), cfg.ref_steps, seed)
-print(f"reference LM: {ref.n_params()} parameters, final loss "
-      f"{np.mean(ref_losses[-20:]):.3f} "
-      f"nats/word")
+print(
+    f"reference LM: {ref.n_params()} parameters, final loss "
+    f"{np.mean(ref_losses[-20:]):.3f} nats/word"
+)
 
 # %% [markdown]
 # ## The idea in math
@@ -520,10 +522,17 @@ LR_PAIR = (1.0, 2.0)  # the two learning rates, in units of the parameter `lr`
 specs = [dict(name=f"PG beta={b:g}, lr x{m:g}", method="pg", beta=b, lr_mult=m)
          for m in LR_PAIR for b in BETAS]
 specs += [dict(name=f"DfPO, lr x{m:g}", method="dfpo", lr_mult=m) for m in LR_PAIR]
-specs += [dict(name="DfPO masks only (no "
-                    "truncation)", method="dfpo", truncate=False, lr_mult=1.0),
-          dict(name="DfPO truncation only (no "
-                    "masks)", method="dfpo", mask=False, lr_mult=1.0)]
+specs += [
+    dict(
+        name="DfPO masks only (no truncation)",
+        method="dfpo",
+        truncate=False,
+        lr_mult=1.0,
+    ),
+    dict(
+        name="DfPO truncation only (no masks)", method="dfpo", mask=False, lr_mult=1.0
+    ),
+]
 
 models, curves = {}, {}
 for i, spec in enumerate(icmlbook.progress(specs, desc="RL runs")):
@@ -558,13 +567,15 @@ for spec in specs:
             models[name], ref, eval_prompts, "theta", **ev
         )
 
-print(f"{'run':<46} {'reward':>6} {'gramm.':>6} {'refPPL':>7} {'dist-1':>6} "
-      f"{'dist-2':>6} "
-      f"{'KL(th|ref)':>10}")
+print(
+    f"{'run':<46} {'reward':>6} {'gramm.':>6} {'refPPL':>7} {'dist-1':>6} "
+    f"{'dist-2':>6} {'KL(th|ref)':>10}"
+)
 for name, r in results.items():
-    print(f"{name:<46} {r['reward']:>6.3f} {r['grammatical']:>6.3f} "
-          f"{r['ref_ppl']:>7.2f} "
-          f"{r['distinct1']:>6.3f} {r['distinct2']:>6.3f} {r['kl']:>10.4f}")
+    print(
+        f"{name:<46} {r['reward']:>6.3f} {r['grammatical']:>6.3f} {r['ref_ppl']:>7.2f} "
+        f"{r['distinct1']:>6.3f} {r['distinct2']:>6.3f} {r['kl']:>10.4f}"
+    )
 run.metric("results", {k: {m: round(v, 4) for m, v in r.items() if m != "texts"}
                        for k, r in results.items()})
 
@@ -574,8 +585,12 @@ run.metric("results", {k: {m: round(v, 4) for m, v in r.items() if m != "texts"}
 # noticeably more positive adjectives than the reference.
 
 # %%
-for name in ("reference", "PG beta=0, lr "
-                          "x1", "PG beta=0.2, lr x1", "DfPO, lr x1 [pi-]"):
+for name in (
+    "reference",
+    "PG beta=0, lr x1",
+    "PG beta=0.2, lr x1",
+    "DfPO, lr x1 [pi-]",
+):
     print(f"--- {name}")
     for text in results[name]["texts"][:4]:
         print("   ", text)
@@ -690,8 +705,10 @@ ax.legend()
 plt.show()
 allowed = [TOK.symbols[i] for i in shown if p_minus[i] > 0]
 print("allowed by pi- here:", allowed)
-print(f"total variation pi_theta vs pi_ref at this state: "
-      f"{0.5 * (p_th - p_ref).abs().sum().item():.3f}")
+print(
+    f"total variation pi_theta vs pi_ref at this state: "
+    f"{0.5 * (p_th - p_ref).abs().sum().item():.3f}"
+)
 
 # %% [markdown]
 # ## Claim checks
@@ -721,29 +738,53 @@ ref_r = results["reference"]
 dfpo = [results[f"DfPO, lr x{m:g} [pi-]"] for m in LR_PAIR]
 pg0 = [results[f"PG beta=0, lr x{m:g}"] for m in LR_PAIR]
 gain = {b: results[f"PG beta={b:g}, lr x1"]["reward"] - ref_r["reward"] for b in BETAS}
-run.claim("DfPO reward gain, worse of 2 "
-          "lrs", min(d["reward"] for d in dfpo) - ref_r["reward"],
-          ">=", 0.15, "DfPO raises the task reward substantially, with no KL "
-                      "coefficient")
-run.claim("DfPO grammatical rate, worse "
-          "lr", min(d["grammatical"] for d in dfpo), ">=", 0.95,
-          "DfPO's text stays grammatical (exact acceptor)")
+run.claim(
+    "DfPO reward gain, worse of 2 lrs",
+    min(d["reward"] for d in dfpo) - ref_r["reward"],
+    ">=",
+    0.15,
+    "DfPO raises the task reward substantially, with no KL coefficient",
+)
+run.claim(
+    "DfPO grammatical rate, worse lr",
+    min(d["grammatical"] for d in dfpo),
+    ">=",
+    0.95,
+    "DfPO's text stays grammatical (exact acceptor)",
+)
 run.claim("DfPO ref-PPL / reference, worse lr",
           max(d["ref_ppl"] for d in dfpo) / ref_r["ref_ppl"], "<=", 1.15,
           "DfPO's text stays natural under the reference model")
-run.claim("PG beta=0 grammatical rate, worse "
-          "lr", max(p["grammatical"] for p in pg0), "<=", 0.5,
-          "without a KL penalty, RL fine-tuning degenerates (reward hacking)")
-run.claim("DfPO distinct-2 / "
-          "reference", dfpo[0]["distinct2"] / ref_r["distinct2"], ">=", 0.35,
-          "DfPO's text does not collapse to a few phrases")
-run.claim("PG gain beta=1 / gain beta=0.2", gain[1.0] / max(gain[0.2], 1e-9), "<=", 0.5,
-          "the penalized baseline is sensitive to beta: too large and the reward "
-          "barely moves")
-run.claim("KL drift DfPO / tuned PG", results["DfPO, lr x1 [pi_theta]"]["kl"]
-          / max(results["PG beta=0.2, lr x1"]["kl"], 1e-12), "<=", 0.5,
-          "DfPO's network stays closer to the reference than the tuned penalized "
-          "baseline")
+run.claim(
+    "PG beta=0 grammatical rate, worse lr",
+    max(p["grammatical"] for p in pg0),
+    "<=",
+    0.5,
+    "without a KL penalty, RL fine-tuning degenerates (reward hacking)",
+)
+run.claim(
+    "DfPO distinct-2 / reference",
+    dfpo[0]["distinct2"] / ref_r["distinct2"],
+    ">=",
+    0.35,
+    "DfPO's text does not collapse to a few phrases",
+)
+run.claim(
+    "PG gain beta=1 / gain beta=0.2",
+    gain[1.0] / max(gain[0.2], 1e-9),
+    "<=",
+    0.5,
+    "the penalized baseline is sensitive to beta: too large and the reward barely "
+    "moves",
+)
+run.claim(
+    "KL drift DfPO / tuned PG",
+    results["DfPO, lr x1 [pi_theta]"]["kl"]
+    / max(results["PG beta=0.2, lr x1"]["kl"], 1e-12),
+    "<=",
+    0.5,
+    "DfPO's network stays closer to the reference than the tuned penalized baseline",
+)
 run.metric("dfpo_pi_theta_reward_change", results["DfPO, lr x1 [pi_theta]"]["reward"]
            - ref_r["reward"])
 
@@ -762,13 +803,17 @@ run.verdict()
 # above-reference word further up): the updates no longer stop at $\pi_{\mathrm{ref}}$.
 
 # %%
-for name in ("DfPO, lr "
-             "x1", "DfPO masks only (no "
-                   "truncation)", "DfPO truncation only (no masks)"):
+for name in (
+    "DfPO, lr x1",
+    "DfPO masks only (no truncation)",
+    "DfPO truncation only (no masks)",
+):
     a, b = results[name + " [pi-]"], results[name + " [pi_theta]"]
-    print(f"{name:<34} pi-: reward {a['reward']:.3f} gramm. {a['grammatical']:.3f} | "
-          f"pi_theta: reward {b['reward']:.3f} gramm. {b['grammatical']:.3f} KL "
-          f"{b['kl']:.4f}")
+    print(
+        f"{name:<34} pi-: reward {a['reward']:.3f} gramm. {a['grammatical']:.3f} | "
+        f"pi_theta: reward {b['reward']:.3f} gramm. {b['grammatical']:.3f} KL "
+        f"{b['kl']:.4f}"
+    )
 
 # %% [markdown]
 # ## Explore
@@ -849,9 +894,15 @@ def update(beta, lr_mult, mask, truncate, inference):
     lines = [("reference", r0)] + [(base_name, base), (f"{d_name} [{which}]", d)]
     y = 1.0
     for title, r in lines:
-        axes[1].text(0, y, f"{title}: reward {r['reward']:.2f}, grammatical "
-                     f"{r['grammatical']:.2f}, ref-PPL {min(r['ref_ppl'], 9999):.1f}",
-                     fontsize=7, weight="bold", va="top")
+        axes[1].text(
+            0,
+            y,
+            f"{title}: reward {r['reward']:.2f}, grammatical {r['grammatical']:.2f}, "
+            f"ref-PPL {min(r['ref_ppl'], 9999):.1f}",
+            fontsize=7,
+            weight="bold",
+            va="top",
+        )
         for k, text in enumerate(r["texts"][:3]):
             axes[1].text(0.02, y - 0.07 * (k + 1), text[:80], fontsize=7, va="top",
                          family="monospace")

@@ -126,10 +126,10 @@ LR = 5e-4  # Adam learning rate of G and D
 HIDDEN = 64  # width of the three hidden layers of G and of D
 # (t, eps) draws per generated sample in the Monte Carlo estimate of Eq. 4
 SCORE_DRAWS = 4
-print(f"tier {tier}: {cfg.replicas} GAN replica(s) per arm, {cfg.warmup_steps} warm-up "
-      f"+ "
-      f"{cfg.reg_steps} regularized steps, diffusion model trained {cfg.diff_steps} "
-      f"steps")
+print(
+    f"tier {tier}: {cfg.replicas} GAN replica(s) per arm, {cfg.warmup_steps} warm-up + "
+    f"{cfg.reg_steps} regularized steps, diffusion model trained {cfg.diff_steps} steps"
+)
 
 # %% [markdown]
 # ## The idea in math
@@ -252,9 +252,13 @@ grad_log_pt = torch.autograd.grad(
 score_check_err = float((gmm_eps_star(x_chk, a_chk, s_chk, means.double(), DATA_STD)
                          + s_chk * grad_log_pt).detach().abs().max())
 print(f"max |eps*(Eq. 3) + sigma * autograd grad log p_t| = {score_check_err:.1e}")
-print("noise band: "
-      "steps", t_lo, "..", t_hi, f"-> sigma {float(SCHED.sigma[t_lo]):.3f} .. "
-      f"{float(SCHED.sigma[t_hi]):.3f}")
+print(
+    "noise band: steps",
+    t_lo,
+    "..",
+    t_hi,
+    f"-> sigma {float(SCHED.sigma[t_lo]):.3f} .. {float(SCHED.sigma[t_hi]):.3f}",
+)
 
 # %% [markdown]
 # ### A batched ensemble of MLPs
@@ -329,8 +333,7 @@ class EnsembleMLP(nn.Module):
 # %%
 def smart_loss(fake, eps_fn, sched, t_lo, t_hi, generator=None, draws=1):
     """Eq. 4 per ensemble member: fake (M, B, 2) -> (M,) mean squared noise-prediction
-    error,
-    averaged over `draws` independent (t, eps) per sample."""
+    error, averaged over `draws` independent (t, eps) per sample."""
     fake = fake.repeat(1, draws, 1)
     t = torch.randint(t_lo, t_hi + 1, fake.shape[:-1], generator=generator)
     eps = torch.randn(fake.shape, generator=generator)
@@ -489,8 +492,8 @@ def compare_arms(
     """Train len(lams) arms from copies of the R warmed-up members of G0, D0.
 
     Returns the metrics {"off", "cov", "mmd"} as (arms, R) tensors, the mean
-    off-manifold
-    fraction per arm at every checkpoint (n_chunks, arms), and the trained generators.
+    off-manifold fraction per arm at every checkpoint (n_chunks, arms), and the trained
+    generators.
     """
     A, R = len(lams), G0.members
     members = [r for _ in range(A) for r in range(R)]
@@ -591,8 +594,10 @@ with torch.no_grad():
         ).mean()
     )
 print(f"diffusion loss, last 100 steps: {np.mean(diff_losses[-100:]):.3f}")
-print(f"cosine(learned eps, exact eps) in the band: {cos_on:.3f} on noised data, "
-      f"{cos_off:.3f} on a uniform grid of the square")
+print(
+    f"cosine(learned eps, exact eps) in the band: {cos_on:.3f} on noised data, "
+    f"{cos_off:.3f} on a uniform grid of the square"
+)
 run.metric("score_cosine_on_data", cos_on)
 run.metric("score_cosine_off_data", cos_off)
 
@@ -640,13 +645,17 @@ cov_min = final["cov"]  # mean over the checkpoints
 # ### Results
 
 # %%
-print(f"{'arm':<22} {'off-manifold':>12} {'coverage (of 16)':>17} {'MMD':>8}   per "
-      f"replica off")
+print(
+    f"{'arm':<22} {'off-manifold':>12} {'coverage (of 16)':>17} {'MMD':>8}   per "
+    f"replica off"
+)
 for i, arm in enumerate(ARMS):
-    print(f"{arm:<22} {float(final['off'][i].mean()):>12.3f} "
-          f"{float(cov_min[i].float().mean()):>17.1f} "
-          f"{float(final['mmd'][i].mean()):>8.4f}   "
-          + " ".join(f"{v:.3f}" for v in final["off"][i].tolist()))
+    print(
+        f"{arm:<22} {float(final['off'][i].mean()):>12.3f} "
+        f"{float(cov_min[i].float().mean()):>17.1f} "
+        f"{float(final['mmd'][i].mean()):>8.4f}   "
+        + " ".join(f"{v:.3f}" for v in final["off"][i].tolist())
+    )
 for key in ("off", "mmd"):
     run.metric(
         f"{key}_per_arm", {arm: final[key][i].tolist() for i, arm in enumerate(ARMS)}
@@ -663,9 +672,14 @@ for i, arm in enumerate(ARMS):
     ax.scatter(*real_eval.T, s=1, color="0.8", label="data")
     ax.scatter(*pts[~far].T, s=1, color=STYLE[arm]["color"], label="on the manifold")
     ax.scatter(*pts[far].T, s=2, color="k", label="off")
-    ax.set(title=f"{arm}\noff "
-                 f"{float(far.float().mean()):.3f}", xlim=(-2.4, 2.4), ylim=(-2.4, 2.4),
-           aspect="equal", xticks=[], yticks=[])
+    ax.set(
+        title=f"{arm}\noff {float(far.float().mean()):.3f}",
+        xlim=(-2.4, 2.4),
+        ylim=(-2.4, 2.4),
+        aspect="equal",
+        xticks=[],
+        yticks=[],
+    )
 axes[0].legend(loc="lower left", markerscale=4, fontsize=7)
 steps_axis = np.arange(1, len(curves) + 1) * (cfg.reg_steps // len(curves))
 for i, arm in enumerate(ARMS):
@@ -716,9 +730,13 @@ run.claim("coverage, exact score - GAN", cov_arm[1] - cov_arm[0], ">=", -2.0,
           "no mode dropping: the regularized GAN covers the whole manifold")
 run.claim("MMD ratio, exact score / GAN", mmd_arm[1] / mmd_arm[0], "<=", 1.35,
           "the regularized distribution is no farther from the data")
-run.claim("off-manifold ratio, learned score / "
-          "GAN", off_arm[2] / off_arm[0], "<=", 0.75,
-          "a learned diffusion model's score does the same")
+run.claim(
+    "off-manifold ratio, learned score / GAN",
+    off_arm[2] / off_arm[0],
+    "<=",
+    0.75,
+    "a learned diffusion model's score does the same",
+)
 run.claim("coverage, learned score - GAN", cov_arm[2] - cov_arm[0], ">=", -1.0,
           "no mode dropping with the learned score either")
 run.claim("MMD ratio, learned score / GAN", mmd_arm[2] / mmd_arm[0], "<=", 1.1,
@@ -853,8 +871,8 @@ def update(data, lam_w, lazy_w, band):
     off = float(off_manifold_fraction(pts, mu, 4 * s)) if len(pts) else float("nan")
     ax.set(
         title=f"{data}: lambda {lam_w:g}, every {lazy_w} step(s), sigma "
-        f"{float(SCHED.sigma[lo]):.2f}-{float(SCHED.sigma[hi]):.2f}\n"
-        f"off-manifold {off:.3f}, segments/modes covered "
+        f"{float(SCHED.sigma[lo]):.2f}-{float(SCHED.sigma[hi]):.2f}\noff-manifold "
+        f"{off:.3f}, segments/modes covered "
         f"{int(coverage(pts, mu, min(N_SEGMENTS, len(mu)))) if len(pts) else 0}",
         xlim=(-2.6, 2.6),
         ylim=(-2.6, 2.6),
@@ -876,11 +894,13 @@ def update(data, lam_w, lazy_w, band):
         ax2.scatter(*sample_gmm(mu, s, 1500, widget_gen).T, s=1, color="0.8")
         arm = "GAN" if RING_LAMS[i] == 0 else "SMaRt, exact score"
         ax2.scatter(*ring_scratch[i].clamp(-3, 3).T, s=1, color=STYLE[arm]["color"])
-        ax2.set(title=f"from scratch, lambda {RING_LAMS[i]:g}, {cfg.ring_steps} "
-                      f"steps:\n"
-                      f"{ring_modes[i]} of 8 modes "
-                      f"kept", xlim=(-2.6, 2.6), ylim=(-2.6, 2.6),
-                aspect="equal")
+        ax2.set(
+            title=f"from scratch, lambda {RING_LAMS[i]:g}, {cfg.ring_steps} "
+                  f"steps:\n{ring_modes[i]} of 8 modes kept",
+            xlim=(-2.6, 2.6),
+            ylim=(-2.6, 2.6),
+            aspect="equal",
+        )
         ax2.title.set_fontsize(8)
     plt.show()
 

@@ -146,9 +146,10 @@ cfg = run.pick(
 weights = dict(
     lam_int=lam_int, lam_p=lam_p, lam_d=lam_d, lam_s=lam_s, lam_stab=lam_stab
 )
-print(f"tier {tier}: {cfg.n} windows per domain of length {cfg.T}, {cfg.epochs} "
-      f"epochs, "
-      f"target shift '{shift_mode}'")
+print(
+    f"tier {tier}: {cfg.n} windows per domain of length {cfg.T}, {cfg.epochs} epochs, "
+    f"target shift '{shift_mode}'"
+)
 
 # %% [markdown]
 # ## The data: a structural causal model with a spurious edge
@@ -713,14 +714,17 @@ print(f"{'method':<12} {'source acc':>10} {'target acc':>10}")
 for name, (a_s, a_t) in results.items():
     print(f"{name:<12} {a_s:>10.3f} {a_t:>10.3f}")
 print(f"oracle (logistic on the causal statistic): target {stat_acc['causal'][1]:.3f}")
-print(f"CauDiTS mask: causal pair M[1,0] = {mask[CAUSAL_EDGE]:.3f}, M[0,1] = "
-      f"{mask[REVERSE[CAUSAL_EDGE]]:.3f}; spurious pair M[3,2] = "
-      f"{mask[SPURIOUS_EDGE]:.3f}, "
-      f"M[2,3] = {mask[REVERSE[SPURIOUS_EDGE]]:.3f}; median entry "
-      f"{np.median(mask):.3f}")
-print(f"stability discrepancy D-hat: causal pair {D_hat[CAUSAL_EDGE]:.3f} / "
-      f"{D_hat[REVERSE[CAUSAL_EDGE]]:.3f}, spurious pair {D_hat[SPURIOUS_EDGE]:.3f} / "
-      f"{D_hat[REVERSE[SPURIOUS_EDGE]]:.3f}")
+print(
+    f"CauDiTS mask: causal pair M[1,0] = {mask[CAUSAL_EDGE]:.3f}, M[0,1] = "
+    f"{mask[REVERSE[CAUSAL_EDGE]]:.3f}; spurious pair M[3,2] = "
+    f"{mask[SPURIOUS_EDGE]:.3f}, M[2,3] = {mask[REVERSE[SPURIOUS_EDGE]]:.3f}; median "
+    f"entry {np.median(mask):.3f}"
+)
+print(
+    f"stability discrepancy D-hat: causal pair {D_hat[CAUSAL_EDGE]:.3f} / "
+    f"{D_hat[REVERSE[CAUSAL_EDGE]]:.3f}, spurious pair {D_hat[SPURIOUS_EDGE]:.3f} / "
+    f"{D_hat[REVERSE[SPURIOUS_EDGE]]:.3f}"
+)
 print(f"intervention flip rate on the target: {flips:.3f}")
 print("spurious pair, mean lag-1 correlation per class (0, 1, 2), held-out windows:")
 for (u, v) in (SPURIOUS_EDGE, REVERSE[SPURIOUS_EDGE]):
@@ -893,8 +897,9 @@ if cfg.ablations:
             float(M_ab[SPURIOUS_EDGE]),
         )
     print(f"{'variant':<16} {'target acc':>10} {'M[3,2]':>7}")
-    print(f"{'all losses':<16} {results['CauDiTS'][1]:>10.3f} "
-          f"{mask[SPURIOUS_EDGE]:>7.3f}")
+    print(
+        f"{'all losses':<16} {results['CauDiTS'][1]:>10.3f} {mask[SPURIOUS_EDGE]:>7.3f}"
+    )
     for name, (acc_t, m32) in ablations.items():
         print(f"{name:<16} {acc_t:>10.3f} {m32:>7.3f}")
 else:
@@ -926,12 +931,15 @@ if cfg.ablations:
                 "caudits", xs, ys, xt, seed, weights={**weights, "lam_stab": lam},
                 desc=f"lam_stab = {lam:g}", **train_kw)
         sweep[lam] = (accuracy(net, xt_test, yt_test), net.mask().detach().numpy())
-    print(f"{'lam_stab':>8} {'target acc':>10} {'M[1,0]':>7} {'M[0,1]':>7} "
-          f"{'M[3,2]':>7} "
-          f"{'M[2,3]':>7}")
+    print(
+        f"{'lam_stab':>8} {'target acc':>10} {'M[1,0]':>7} {'M[0,1]':>7} {'M[3,2]':>7} "
+        f"{'M[2,3]':>7}"
+    )
     for lam, (a, M) in sweep.items():
-        print(f"{lam:>8g} {a:>10.3f} {M[1, 0]:>7.2f} {M[0, 1]:>7.2f} {M[3, 2]:>7.2f} "
-              f"{M[2, 3]:>7.2f}")
+        print(
+            f"{lam:>8g} {a:>10.3f} {M[1, 0]:>7.2f} {M[0, 1]:>7.2f} {M[3, 2]:>7.2f} "
+            f"{M[2, 3]:>7.2f}"
+        )
     fig, axes = plt.subplots(1, 2, figsize=(9, 2.9))
     pos = np.arange(len(STAB_SWEEP))
     axes[0].plot(pos, [sweep[lam][0] for lam in STAB_SWEEP], marker="o",
@@ -1019,10 +1027,13 @@ run.metric(
 # %%
 acc = {k: v[1] for k, v in results.items()}
 selectivity = causal_pair - np.median(mask)
-run.claim("CauDiTS - source-only, target "
-          "acc", acc["CauDiTS"] - acc["source-only"], ">=",
-          0.15, "causal rationales transfer where the source-only network's shortcut "
-                "fails")
+run.claim(
+    "CauDiTS - source-only, target acc",
+    acc["CauDiTS"] - acc["source-only"],
+    ">=",
+    0.15,
+    "causal rationales transfer where the source-only network's shortcut fails",
+)
 run.claim("CauDiTS - DANN, target acc", acc["CauDiTS"] - acc["DANN"], ">=", 0.10,
           "marginal alignment is not enough under a label-dependent (spurious) shift")
 run.claim("CauDiTS target acc", acc["CauDiTS"], ">=", 0.70,
@@ -1031,19 +1042,31 @@ run.claim("mask on the causal pair (max of 1←0, 0←1)", causal_pair, ">=", 0.
           "the adaptive rationale disentangler keeps the causal interrelationship")
 run.claim("mask selectivity (causal - median)", selectivity, ">=", 0.5,
           "the mask singles the causal edge out instead of keeping everything")
-run.claim("mask on the spurious edge 3←2", mask[SPURIOUS_EDGE], "<", 0.5,
-          "the disentangler cuts the spurious edge's forward entry (not its reverse "
-          "2←3)")
+run.claim(
+    "mask on the spurious edge 3←2",
+    mask[SPURIOUS_EDGE],
+    "<",
+    0.5,
+    "the disentangler cuts the spurious edge's forward entry (not its reverse 2←3)",
+)
 run.claim("CauDiTS source acc", results["CauDiTS"][0], ">=", 0.95,
           "the disentangler costs no source accuracy")
 run.claim("generator: causal statistic transfers", stat_acc["causal"][1], ">=", 0.95,
           "the causal relationship means the same in both domains")
-run.claim("generator: spurious statistic in "
-          "source", stat_acc["spurious"][0], ">=", 0.95,
-          "the spurious relationship is a perfect shortcut in the source")
-run.claim("generator: spurious statistic "
-          "transfers", stat_acc["spurious"][1], "<=", 0.40,
-          "the spurious relationship fails in the target")
+run.claim(
+    "generator: spurious statistic in source",
+    stat_acc["spurious"][0],
+    ">=",
+    0.95,
+    "the spurious relationship is a perfect shortcut in the source",
+)
+run.claim(
+    "generator: spurious statistic transfers",
+    stat_acc["spurious"][1],
+    "<=",
+    0.40,
+    "the spurious relationship fails in the target",
+)
 run.metric("target_acc", acc)
 run.metric("source_acc", {k: v[0] for k, v in results.items()})
 run.metric("mask", mask.round(3))
@@ -1122,12 +1145,15 @@ def update(strength, mode, factor, model):
 
 
 controls = dict(
-    strength=W.FloatSlider(value=spurious_strength, min=0.0, max=3.0, step=0.1,
-                           description="spurious s"),
-    mode=W.Dropdown(options=list(SHIFT_MODES), value=shift_mode, description="target "
-                                                                             "shift"),
-    factor=W.FloatSlider(value=shift_factor, min=0.0, max=1.0, step=0.05,
-                         description="factor α"),
+    strength=W.FloatSlider(
+        value=spurious_strength, min=0.0, max=3.0, step=0.1, description="spurious s"
+    ),
+    mode=W.Dropdown(
+        options=list(SHIFT_MODES), value=shift_mode, description="target shift"
+    ),
+    factor=W.FloatSlider(
+        value=shift_factor, min=0.0, max=1.0, step=0.05, description="factor α"
+    ),
     model=W.Dropdown(options=model_names, value="CauDiTS", description="network"),
 )
 icmlbook.explore(update, controls, run=run)

@@ -101,10 +101,10 @@ cfg = run.pick(
         n_noisy=30,
     ),
 )
-print(f"tier {tier}: {cfg.train_s} s of training recording, {cfg.steps} steps per "
-      f"model, "
-      f"{cfg.n_seg * cfg.seg_ms / 1000:.1f} s of test recording in {cfg.n_seg} "
-      f"segments")
+print(
+    f"tier {tier}: {cfg.train_s} s of training recording, {cfg.steps} steps per model, "
+    f"{cfg.n_seg * cfg.seg_ms / 1000:.1f} s of test recording in {cfg.n_seg} segments"
+)
 
 # %% [markdown]
 # ## A simulated retinal ganglion cell
@@ -698,9 +698,10 @@ for regime, p in REGIMES.items():
                         test=simulate_spikes(g_test, **p, rng=rng),
                         repeat=simulate_spikes(g_test, **p, rng=rng))
     isi = np.diff(np.flatnonzero(data[regime]["train"]))
-    print(f"{regime:>10}: {data[regime]['train'].sum() / cfg.train_s:.1f} Hz, "
-          f"median ISI {np.median(isi):.0f} ms, 10% of ISIs <= "
-          f"{np.percentile(isi, 10):.0f} ms")
+    print(
+        f"{regime:>10}: {data[regime]['train'].sum() / cfg.train_s:.1f} Hz, median ISI "
+        f"{np.median(isi):.0f} ms, 10% of ISIs <= {np.percentile(isi, 10):.0f} ms"
+    )
 
 
 def concat_segments(train, starts, seg_ms):
@@ -782,11 +783,14 @@ for _ in range(cfg.n_noisy):
     ratios.append(
         inference_objective(greedy_all, noisy, d_max, confidence_low) / max(best, 1e-12)
     )
-print(f"noise-free round trip: {exact_fraction:.1%} of {cfg.n_roundtrip} spike sets "
-      f"recovered exactly")
-print(f"noisy curves: greedy objective / exact optimum: median "
-      f"{np.median(ratios):.3f}, "
-      f"max {np.max(ratios):.3f} ({cfg.n_noisy} curves)")
+print(
+    f"noise-free round trip: {exact_fraction:.1%} of {cfg.n_roundtrip} spike sets "
+    f"recovered exactly"
+)
+print(
+    f"noisy curves: greedy objective / exact optimum: median {np.median(ratios):.3f}, "
+    f"max {np.max(ratios):.3f} ({cfg.n_noisy} curves)"
+)
 run.metric("roundtrip_fraction", exact_fraction)
 run.metric(
     "greedy_over_dp", dict(median=float(np.median(ratios)), max=float(np.max(ratios)))
@@ -802,8 +806,9 @@ demo_trace = []
 demo_fit = infer_spikes(demo_noisy, d_max, confidence_low, demo_rng, keep_beyond=True,
                         trace=demo_trace)
 fig, ax = plt.subplots(figsize=(7, 2.6))
-ax.plot(spike_distance(demo_S, PRED_LEN, d_max), color="0.6", lw=2, label="true $d$ "
-                                                                          "(Eq. 2)")
+ax.plot(
+    spike_distance(demo_S, PRED_LEN, d_max), color="0.6", lw=2, label="true $d$ (Eq. 2)"
+)
 ax.plot(demo_noisy, "o", ms=3, color="k", label=r"noisy $\hat d$")
 ax.plot(spike_distance(demo_fit, PRED_LEN, d_max), lw=1,
         **{**STYLE["distance model"], "label": "implied by the greedy's spikes "
@@ -922,8 +927,9 @@ raster_panel(
     min(1440, len(results["unreliable"]["truth"])),
     d_max,
 )
-ax.set_title("unreliable cell: predicted distance and spikes (grey lines: 48 ms "
-             "rollout steps)")
+ax.set_title(
+    "unreliable cell: predicted distance and spikes (grey lines: 48 ms rollout steps)"
+)
 ax.legend(loc="upper right", fontsize=7)
 plt.show()
 
@@ -941,9 +947,12 @@ def count_ratio(regime, name):
 fig, axes = plt.subplots(1, 2, figsize=(8, 2.8), sharey=True)
 for ax, regime in zip(axes, REGIMES):
     for mode in MODES:
-        ax.plot(INTERVALS, [count_ratio(regime, f"Poisson L={L} "
-                                                f"{mode}") for L in INTERVALS],
-                marker="o", **STYLE[f"Poisson, {mode}"])
+        ax.plot(
+            INTERVALS,
+            [count_ratio(regime, f"Poisson L={L} {mode}") for L in INTERVALS],
+            marker="o",
+            **STYLE[f"Poisson, {mode}"],
+        )
     ax.axhline(count_ratio(regime, "distance"), lw=2, **STYLE["distance model"])
     ax.axhline(1.0, color="k", ls="--", lw=1, label="recorded")
     ax.set(xlabel="Poisson interval L (ms)", title=f"{regime} cell")
@@ -984,10 +993,14 @@ for ax, regime in zip(axes, REGIMES):
                        else STYLE[f"Poisson, {mode}"]["label"]})
     ax.plot(SIGMAS, sch["repeat trial"], lw=1.5, **REPEAT_STYLE)
     ax.plot(SIGMAS, sch["distance"], lw=2.5, **STYLE["distance model"])
-    ax.set(xscale="symlog", xlabel=r"smoothing $\sigma$ "
-                                   r"(ms)", title=f"{regime} "
-                                                  f"cell", xlim=(0, max(SIGMAS)),
-           xticks=SIGMAS, xticklabels=SIGMAS)
+    ax.set(
+        xscale="symlog",
+        xlabel=r"smoothing $\sigma$ (ms)",
+        title=f"{regime} cell",
+        xlim=(0, max(SIGMAS)),
+        xticks=SIGMAS,
+        xticklabels=SIGMAS,
+    )
 axes[0].set_ylabel("Schreiber similarity")
 axes[0].legend(fontsize=7, title="Poisson: faint L = 2 ms to full L = 40 ms",
                title_fontsize=7)
@@ -995,9 +1008,10 @@ plt.show()
 
 # %%
 i2, i5, i10 = SIGMAS.index(2), SIGMAS.index(5), SIGMAS.index(10)
-print(f"{'':>10} {'predictor':<24} {'spikes':>7} {'Sch s=2':>8} {'Sch s=5':>8} "
-      f"{'Sch s=10':>9} "
-      f"{'vR t=5':>7}")
+print(
+    f"{'':>10} {'predictor':<24} {'spikes':>7} {'Sch s=2':>8} {'Sch s=5':>8} "
+    f"{'Sch s=10':>9} {'vR t=5':>7}"
+)
 table = {}
 for regime in REGIMES:
     r = results[regime]
@@ -1008,9 +1022,10 @@ for regime in REGIMES:
         row = (int(r["preds"][name].sum()), *r["sch"][name][[i2, i5, i10]],
                van_rossum(r["truth"], r["preds"][name], 5.0))
         table[f"{regime}: {name}"] = row
-        print(f"{regime:>10} {name:<24} {row[0]:>7d} {row[1]:>8.3f} {row[2]:>8.3f} "
-              f"{row[3]:>9.3f} "
-              f"{row[4]:>7.3f}")
+        print(
+            f"{regime:>10} {name:<24} {row[0]:>7d} {row[1]:>8.3f} {row[2]:>8.3f} "
+            f"{row[3]:>9.3f} {row[4]:>7.3f}"
+        )
     print(f"{regime:>10} {'recorded':<24} {int(r['truth'].sum()):>7d}")
 run.metric("summary_table", table)
 
@@ -1047,24 +1062,34 @@ run.metric("summary_table", table)
 
 # %%
 U = "unreliable"
-collapse = max(count_ratio(U, f"Poisson L={L} "
-                              f"{m}") for L in (2, 5) for m in ("round", "floor"))
+collapse = max(
+    count_ratio(U, f"Poisson L={L} {m}") for L in (2, 5) for m in ("round", "floor")
+)
 dist_ratio = count_ratio(U, "distance")
 short_name, short_score = poisson_best(U, i2, intervals=(2, 5))
 any_name, any_score = poisson_best(U, i2)
 dist_score = float(results[U]["sch"]["distance"][i2])
-print(f"best short-interval Poisson at 2 ms: {short_name} ({short_score:.3f}); "
-      f"best Poisson overall: {any_name} ({any_score:.3f}); distance model "
-      f"{dist_score:.3f}")
-run.claim("short-interval Poisson count (round/floor, L<=5)", collapse, "<=", 0.05,
-          "Poisson MLE-style predictions at short intervals collapse to (almost) no "
-          "spikes")
+print(
+    f"best short-interval Poisson at 2 ms: {short_name} ({short_score:.3f}); best "
+    f"Poisson overall: {any_name} ({any_score:.3f}); distance model {dist_score:.3f}"
+)
+run.claim(
+    "short-interval Poisson count (round/floor, L<=5)",
+    collapse,
+    "<=",
+    0.05,
+    "Poisson MLE-style predictions at short intervals collapse to (almost) no spikes",
+)
 run.claim("distance model |count ratio - 1|", abs(dist_ratio - 1.0), "<=", 0.5,
           "the distance model predicts a realistic number of spikes")
-run.claim("Sch@2ms distance / best Poisson "
-          "L<=5", dist_score / max(short_score, 0.01), ">=", 1.1,
-          "at millisecond smoothing the distance model beats the best short-interval "
-          "Poisson model")
+run.claim(
+    "Sch@2ms distance / best Poisson L<=5",
+    dist_score / max(short_score, 0.01),
+    ">=",
+    1.1,
+    "at millisecond smoothing the distance model beats the best short-interval Poisson "
+    "model",
+)
 run.claim("Sch@2ms distance - best Poisson any L", dist_score - any_score, ">=", 0.01,
           "at millisecond smoothing the distance model beats every Poisson model")
 run.claim("noise-free round trip, fraction exact", exact_fraction, ">=", 1.0,
@@ -1103,10 +1128,11 @@ for regime in REGIMES:
             score,
             name,
         )
-        print(f"{regime:>10} sigma {s:>2} ms: distance {contrast[(regime, s)][0]:.3f}  "
-              f" "
-              f"best Poisson {score:.3f} ({name})   repeat trial "
-              f"{results[regime]['sch']['repeat trial'][i]:.3f}")
+        print(
+            f"{regime:>10} sigma {s:>2} ms: distance {contrast[(regime, s)][0]:.3f}   "
+            f"best Poisson {score:.3f} ({name})   repeat trial "
+            f"{results[regime]['sch']['repeat trial'][i]:.3f}"
+        )
 run.metric("regime_contrast", {f"{k[0]} {k[1]}ms": v[:2] for k, v in contrast.items()})
 
 # %% [markdown]
@@ -1139,8 +1165,10 @@ broken_fraction = roundtrip_fraction(
     confidence_low,
     infer=no_end,
 )
-print(f"round trip without candidates past the window: {broken_fraction:.1%} exact "
-      f"(with them: {exact_fraction:.1%})")
+print(
+    f"round trip without candidates past the window: {broken_fraction:.1%} exact (with "
+    f"them: {exact_fraction:.1%})"
+)
 
 # %% [markdown]
 # ## Explore
@@ -1168,11 +1196,11 @@ def update(regime, L, mode, sigma, start):
     )
     raster_panel(axes[0], regime, L, mode, start, start + view_ms, d_max)
     name = f"Poisson L={L} {mode}"
-    axes[0].set_title(f"{regime} cell; spikes: recorded {int(r['truth'].sum())}, "
-                      f"distance "
-                      f"{int(r['preds']['distance'].sum())}, {name} "
-                      f"{int(r['preds'][name].sum())}",
-                      fontsize=8)
+    axes[0].set_title(
+        f"{regime} cell; spikes: recorded {int(r['truth'].sum())}, distance "
+        f"{int(r['preds']['distance'].sum())}, {name} {int(r['preds'][name].sum())}",
+        fontsize=8,
+    )
     ax = axes[1]
     for other in r["sch"]:
         if other.startswith("Poisson"):
