@@ -818,7 +818,8 @@ blind_ratio = blind[-1] / regret_curve(test_means, blind_greedy)[-1]
 print(f"history ignored: sample/greedy {blind_ratio:.2f} (needs <= {C_VS_GREEDY}), "
       f"rho {lifelong_ratio(blind):.2f} (<= {C_LIFELONG}), "
       f"vs UCB1 {blind[-1] / regret['UCB1']:.2f} (<= {C_VS_UCB}), "
-      f"vs Thompson {blind[-1] / regret['Thompson, true prior']:.2f} (<= {C_VS_THOMPSON})")
+      f"vs Thompson {blind[-1] / regret['Thompson, true prior']:.2f} "
+      f"(<= {C_VS_THOMPSON})")
 
 # %% [markdown]
 # ## Explore
