@@ -19,9 +19,11 @@
 # **Paper.** Tengye Xu, Zihao Li, Qinyuan Ren. *Meta-Reinforcement Learning Robust to
 # Distributional Shift Via Performing Lifelong In-Context Learning.* ICML 2024, PMLR
 # 235:55112–55125. [PMLR](https://proceedings.mlr.press/v235/xu24o.html) ·
-# [OpenReview](https://openreview.net/forum?id=laIOUtstMs). We found no official code;
-# everything below is written from the paper's description of its method, PSBL
-# (Posterior Sampling Bayesian Lifelong In-Context Reinforcement Learning).
+# [OpenReview](https://openreview.net/forum?id=laIOUtstMs). We found no official code.
+# Everything below is written from the paper's abstract and from published descriptions
+# of its method, PSBL (Posterior Sampling Bayesian Lifelong In-Context Reinforcement
+# Learning); where we could not check a detail against the paper's text, we say that it
+# is our reconstruction.
 #
 # **The problem.** A meta-trained agent learns, from many tasks drawn from a training
 # distribution, to adapt to a new task from its own history alone, with frozen weights
@@ -50,8 +52,9 @@
 # baselines (RL², VariBAD, AMAGO, trained with RL) are stood in for by the *same*
 # network used greedily, which isolates the sampling ingredient. We add the bandit
 # references a reader should ask for: Thompson sampling with the true test prior and
-# with a flat prior, and UCB1. The loss of Eq. 4 and the window's bookkeeping are
-# reconstructed from the paper's description, not copied from its equations.
+# with a flat prior, and UCB1. Reconstructed, not taken from the paper's text: the
+# exact form of its loss (Eq. 4), the window's bookkeeping (Eq. 6) and the measure
+# $\rho$ of improvement past the training horizon (Eq. 7).
 
 # %% tags=["parameters"]
 tier = "default"  # smoke | default | full: size of the experiment
