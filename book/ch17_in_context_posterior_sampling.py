@@ -836,25 +836,45 @@ print(f"history ignored: sample/greedy {blind_ratio:.2f} (needs <= {C_VS_GREEDY}
 # almost everything), a temperature near 0 (sampling becomes greedy), no shift at all.
 
 # %% tags=["hide-input"]
+import functools
+
 import ipywidgets as W
 
 
-def update(shift_w, window_w, horizon_w, temp_w, act):
+@functools.lru_cache(maxsize=32)
+def widget_references(shift_w):
+    """Test tasks of one severity and the two references on them (cached)."""
     gen = torch.Generator().manual_seed(seed + 31)
     prior = (shift_w, shift_w + 0.5)
     means = sample_tasks(cfg.widget_tasks, prior, gen)
+    n = cfg.widget_pulls
+    return means, {"Thompson, true prior": thompson(means, n, gen, prior),
+                   "UCB1": ucb1(means, n, gen)}
+
+
+@functools.lru_cache(maxsize=64)
+def widget_agent(shift_w, window_w, temp_w, act):
+    """The network's pulls and q on those tasks, for the longest horizon (cached)."""
+    means, _ = widget_references(shift_w)
+    gen = torch.Generator().manual_seed(seed + 37)
+    arms, _, q = act_in_context(net, means, cfg.widget_pulls, gen,
+                                sample=act == "sample", window=window_w, temp=temp_w)
+    return arms, q
+
+
+def update(shift_w, window_w, horizon_w, temp_w, act):
+    shift_w, temp_w = round(shift_w, 2), round(temp_w, 3)
+    means, refs = widget_references(shift_w)
+    arms, q = widget_agent(shift_w, window_w, temp_w, act)
     name = "PSBL (sample, window)" if act == "sample" else "greedy (argmax, window)"
-    arms, _, q = act_in_context(net, means, horizon_w, gen, sample=act == "sample",
-                                window=window_w, temp=temp_w)
-    runs = {name: arms, "Thompson, true prior": thompson(means, horizon_w, gen, prior),
-            "UCB1": ucb1(means, horizon_w, gen)}
+    runs = {k: a[:, :horizon_w] for k, a in {name: arms, **refs}.items()}
     fig, axes = plt.subplots(1, 3, figsize=(10, 2.8), layout="none")
     fig.subplots_adjust(left=0.06, right=0.99, bottom=0.17, top=0.88, wspace=0.32)
     plot_curves(axes[2], axes[0], {k: regret_curve(means, a) for k, a in runs.items()},
                 means, runs)
     axes[2].legend(fontsize=7)
     best = int(torch.argmax(means.max(1).values - means.sort(1).values[:, -2]))
-    stacked_posterior(axes[1], q[best], means[best], f"q over time ({act})")
+    stacked_posterior(axes[1], q[best, :horizon_w], means[best], f"q over time ({act})")
     plt.show()
 
 
