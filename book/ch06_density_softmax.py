@@ -966,7 +966,7 @@ run.metric("inference", cost)
 C_FAR_VS_ENSEMBLE = 0.5  # DS - ensemble, toy far-OOD AUROC: 0.65-0.78 on seeds 0-9
 C_SHIFT_VS_NO_LIPSCHITZ = 0.05  # shift-ECE gap: 0.116-0.160 on seeds 0-9, trials 0.088+
 C_SHIFT_VS_TEMPERATURE = 0.02  # shift-ECE gap: 0.063-0.195 on seeds 0-9, trials 0.046+
-C_OOD_VS_ENSEMBLE = 0.025  # ensemble - DS OOD AUROC: -0.033..-0.005 (0-9), a trial 0.011
+C_OOD_VS_ENSEMBLE = 0.025  # ensemble - DS OOD AUROC: -0.033..-0.005 (0-9); trial 0.011
 C_ACC_DROP = 0.04  # ERM - DS accuracy: -0.004-0.018 on seeds 0-9, trials up to 0.032
 C_PASSES = 1  # passes of f per prediction: one, by construction
 C_MACS = 1.5  # DS / ERM multiply-adds: 1.21 by construction (flow and head)
