@@ -89,15 +89,9 @@ def test_kernelspec(ch):
 
 
 # The HTML book's code column holds about 88 characters at 1280 px; book/ruff.toml
-# sets that limit for the chapters' code cells. Chapters still to be laid out to it
-# (issue 21); the list only shrinks.
-PENDING_LAYOUT = {"06"}
-
-
+# sets that limit for the chapters' code cells.
 @pytest.mark.parametrize("ch", CHAPTERS, ids=IDS)
 def test_code_lines_fit_the_html_code_column(ch):
-    if ch.number in PENDING_LAYOUT:
-        pytest.skip(f"chapter {ch.number} is still to be laid out to 88 columns (issue 21)")
     ruff = Path(sys.executable).with_name("ruff")
     out = subprocess.run([str(ruff if ruff.exists() else "ruff"), "check", "--select", "E501",
                           "--output-format", "concise", "--no-cache", str(ch.ipynb)],
@@ -107,9 +101,7 @@ def test_code_lines_fit_the_html_code_column(ch):
 
 # One colour per method for a whole chapter (CONVENTIONS, Figures): a chapter declares
 # its methods once with icmlbook.method_styles and draws them from that; other marks are
-# black, white or grey. Chapters whose figures are still to be brought to it (issue 21);
-# the list only shrinks.
-PENDING_FIGURES = {"06"}
+# black, white or grey.
 COLOUR_KEYWORDS = {"color", "c", "colors", "facecolor", "edgecolor", "mfc", "mec",
                    "markerfacecolor", "markeredgecolor", "ecolor"}
 NEUTRAL = re.compile(r"^(k|black|w|white|none|grey|gray|0?\.\d+|1(\.0)?)$")
@@ -137,8 +129,6 @@ def _literal_colours(source):
 
 @pytest.mark.parametrize("ch", CHAPTERS, ids=IDS)
 def test_figures_take_colours_from_the_chapter_style(ch):
-    if ch.number in PENDING_FIGURES:
-        pytest.skip(f"chapter {ch.number}'s figures are still to be styled (issue 21)")
     code = [c.source for c in ch.notebook.cells if c.cell_type == "code"]
     assert any("method_styles(" in src for src in code), "declare the methods' styles"
     bad = [(i, line, colour) for i, src in enumerate(code)
@@ -223,8 +213,7 @@ def test_ci_calls_make_test():
 # Chapters written before paper claims and checks were separated, each with the audit
 # issue that brings it to the standard. The rules below skip them, visibly; the list
 # only shrinks.
-PENDING_AUDIT = {"06": 24, "07": 24, "08": 24,
-                 "09": 24, "10": 24, "14": 25, "19": 25}
+PENDING_AUDIT = {"07": 24, "08": 24, "09": 24, "10": 24, "14": 25, "19": 25}
 CLAIM_CALLS = ("claim", "check")
 
 
