@@ -150,8 +150,9 @@ def _on_dask(todo: list[tuple[int, Job]], out_dir: Path, inplace: bool, workers:
         try:
             cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True,
                                    dashboard_address=None, silence_logs=logging.ERROR)
-        finally:
-            signal.signal(signal.SIGINT, previous)
+        finally:  # a handler not set from Python reads as None: put Python's default
+            signal.signal(signal.SIGINT,
+                          signal.default_int_handler if previous is None else previous)
         client = Client(cluster)
         where = f"an embedded LocalCluster of {n} worker(s)"
     else:

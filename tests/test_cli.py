@@ -238,6 +238,12 @@ def tiny_book(tmp_path):
     return root
 
 
+def _default_sigint() -> None:
+    """In the child, before exec: SIGINT as a terminal gives it. A test process may run
+    with SIGINT ignored (a test runner's worker), and an ignored signal is inherited."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -256,7 +262,7 @@ def test_ctrl_c_stops_cleanly_with_the_finished_runs(tiny_book, tmp_path, jobs):
                              "run", "5", "16", "--jobs", jobs, "--json", str(out),
                              "--out", str(tmp_path / "runs")],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
+                            start_new_session=True, preexec_fn=_default_sigint)
     lines: list[str] = []
     reader = threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True)
     reader.start()
