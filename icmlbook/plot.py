@@ -72,14 +72,6 @@ def method_styles(*methods: str) -> dict[str, dict[str, Any]]:
     return styles
 
 
-def colour_name(style: dict[str, Any] | str) -> str:
-    """The prose word for a style's colour (or for a palette colour itself)."""
-    colour = style["color"] if isinstance(style, dict) else style
-    if colour not in COLOUR_NAMES:
-        raise ValueError(f"{colour!r} is not a palette colour")
-    return COLOUR_NAMES[colour]
-
-
 def log_axis(ax: Any, axis: str = "y") -> None:
     """Log-scale ``axis`` ("x" or "y") of ``ax`` with labels that do not overlap.
 
