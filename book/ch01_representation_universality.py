@@ -103,13 +103,13 @@ torch.set_flush_denormal(True)
 DTYPE = torch.float64
 cfg = run.pick(
     smoke=dict(
-        steps=300,
+        steps=200,
         record_every=5,
-        xor_steps=500,
+        xor_steps=300,
         archs=("leaky_relu", "residual"),
-        widget_gains=(0.5, 1.0, 2.0),
+        widget_gains=(0.5, 1.0),
         widget_sizes=((2, 16),),
-        widget_steps=200,
+        widget_steps=100,
         widget_acts=("leaky_relu", "tanh"),
     ),
     default=dict(

@@ -18,6 +18,18 @@ from typing import Any
 
 from icmlbook.params import ParameterError, shown
 
+
+def skip_iri_grammar() -> None:
+    """Keep nbformat's first import fast: jsonschema, which nbformat loads, registers an
+    IRI format check when ``rfc3987_syntax`` is installed, and importing that package
+    compiles a grammar (over 3 s of CPU, in every process that reads a notebook).
+    Notebook schemas never use that format, so the import is blocked in this process
+    (a ``None`` entry in ``sys.modules`` makes it raise ImportError, which jsonschema
+    expects). An import already done is left as it is."""
+    import sys
+
+    sys.modules.setdefault("rfc3987_syntax", None)
+
 CHAPTER_RE = re.compile(r"^ch(\d\d)_([a-z0-9_]+)$")
 
 
@@ -50,6 +62,7 @@ class Chapter:
     @cached_property
     def notebook(self) -> Any:
         """The chapter's cells, read from the ``.py`` source (nbformat node)."""
+        skip_iri_grammar()
         import jupytext
 
         return jupytext.read(self.py)

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from icmlbook.chapters import Chapter
+from icmlbook.chapters import Chapter, skip_iri_grammar
 from icmlbook.record import read_record
 from icmlbook.tiers import RULES
 
@@ -115,6 +115,7 @@ def execute(chapter: Chapter, tier: str, seed: int, params: dict[str, Any], out_
     """Run one chapter headless with papermill; never raises for a failing chapter.
 
     ``verbose`` streams the chapter's printed output (its progress lines) as it runs."""
+    skip_iri_grammar()
     import nbformat
     import papermill as pm
 

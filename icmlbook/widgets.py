@@ -119,18 +119,35 @@ def explore(update: Callable[..., Any], controls: dict[str, Any], *, run: Any = 
 
 
 def _exercise(controls: dict[str, Any], call: Callable[[dict[str, Any]], None]) -> None:
-    """Draw every extreme setting out of sight (outputs captured, low dpi), then put the
-    controls back to their defaults without redrawing: the default view stays."""
+    """Draw every extreme setting out of sight, then put the controls back to their
+    defaults without redrawing: the default view stays.
+
+    Out of sight, ``plt.show()`` draws each open figure once on its canvas, at low dpi
+    and without a layout engine: every artist is still drawn (a bad value at an
+    extreme still raises), but neither the layout passes nor the PNG encoding of the
+    inline backend are paid for figures nobody sees."""
     import matplotlib as mpl
     import matplotlib.pyplot as plt
     from IPython.utils.capture import capture_output
 
+    def draw_out_of_sight(*_args: Any, **_kwargs: Any) -> None:
+        for num in plt.get_fignums():
+            fig = plt.figure(num)
+            fig.set_layout_engine("none")
+            fig.canvas.draw()
+        plt.close("all")
+
     defaults = {k: w.value for k, w in controls.items()}
-    with capture_output(), mpl.rc_context({"figure.dpi": 30}):
-        for setting in extreme_settings(controls):
-            for k, v in setting.items():
-                controls[k].value = v  # the control must accept the value itself
-            call({k: w.value for k, w in controls.items()})
-            plt.close("all")
-        for k, v in defaults.items():
-            controls[k].value = v
+    show = plt.show
+    plt.show = draw_out_of_sight
+    try:
+        with capture_output(), mpl.rc_context({"figure.dpi": 30}):
+            for setting in extreme_settings(controls):
+                for k, v in setting.items():
+                    controls[k].value = v  # the control must accept the value itself
+                call({k: w.value for k, w in controls.items()})
+                draw_out_of_sight()  # figures an update left open without showing them
+    finally:
+        plt.show = show
+    for k, v in defaults.items():
+        controls[k].value = v
