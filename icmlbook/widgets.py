@@ -131,11 +131,13 @@ def _exercise(controls: dict[str, Any], call: Callable[[dict[str, Any]], None]) 
     from IPython.utils.capture import capture_output
 
     def draw_out_of_sight(*_args: Any, **_kwargs: Any) -> None:
-        for num in plt.get_fignums():
-            fig = plt.figure(num)
-            fig.set_layout_engine("none")
-            fig.canvas.draw()
-        plt.close("all")
+        try:
+            for num in plt.get_fignums():
+                fig = plt.figure(num)
+                fig.set_layout_engine("none")
+                fig.canvas.draw()
+        finally:
+            plt.close("all")
 
     defaults = {k: w.value for k, w in controls.items()}
     show = plt.show
@@ -146,7 +148,7 @@ def _exercise(controls: dict[str, Any], call: Callable[[dict[str, Any]], None]) 
                 for k, v in setting.items():
                     controls[k].value = v  # the control must accept the value itself
                 call({k: w.value for k, w in controls.items()})
-                draw_out_of_sight()  # figures an update left open without showing them
+                plt.close("all")
     finally:
         plt.show = show
     for k, v in defaults.items():

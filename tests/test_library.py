@@ -325,6 +325,34 @@ def test_explore_exercises_extremes_and_reports_failures():
     assert ok.widget_seconds is not None
 
 
+def test_explore_exercise_still_draws_every_figure():
+    """Extremes are drawn out of sight without a layout engine, but drawn: an error
+    that only appears when a figure is drawn (bad mathtext here) still fails."""
+    import ipywidgets as W
+    import matplotlib.pyplot as plt
+
+    def update(n):
+        fig, ax = plt.subplots(layout="constrained")
+        ax.set_title("$\\frac{1}$" if n == 2 else f"n = {n}")
+        plt.show()
+
+    class Run:
+        tier = "smoke"
+        widget_seconds = None
+
+    with pytest.raises(RuntimeError, match="the widget failed at"):
+        widgets.explore(update, {"n": W.IntSlider(value=1, min=0, max=2)}, run=Run())
+    assert plt.show.__module__ == "matplotlib.pyplot"  # the real show is back
+    assert not plt.get_fignums()
+
+
+def test_skip_iri_grammar_keeps_notebook_validation():
+    code = ("from icmlbook.chapters import skip_iri_grammar; skip_iri_grammar(); "
+            "import nbformat; nbformat.validate(nbformat.v4.new_notebook()); "
+            "import sys; assert sys.modules['rfc3987_syntax'] is None")
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).parents[1])
+
+
 def test_explore_live_redraws_on_change(monkeypatch):
     import ipywidgets as W
 
