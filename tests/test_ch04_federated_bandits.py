@@ -185,7 +185,7 @@ def test_elimination_with_zero_radius_commits_after_one_sweep():
 def test_elimination_without_eliminating_spreads_the_budget():
     G = problem(3, n=12, pool=100)
     _, mean, std = ch.subset_moments(G, 3)
-    K, T = len(mean), 20 * len(mean) + 7
+    T = 20 * len(mean) + 7
     res = ch.elimination(mean, std, T, 20, np.random.default_rng(0), c=1e9)
     # phases of 1, 1, 2, 4, 8 plays per subset (doubling), then the 4 the budget allows,
     # and the 7 rounds left over on the empirical best

@@ -2,7 +2,6 @@
 checks), the policy-gradient pieces, and for each claim a broken variant that fails it."""
 import random
 
-import numpy as np
 import pytest
 import torch
 from helpers import chapter_defs

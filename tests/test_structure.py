@@ -1,5 +1,4 @@
 """Structure of the book: table of contents, pairs in sync, committed notebooks clean."""
-import json
 import re
 import subprocess
 import sys
