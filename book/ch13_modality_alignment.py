@@ -94,14 +94,15 @@ run = icmlbook.start("13_modality_alignment", tier=tier, seed=seed,
                                  meta_weight=meta_weight, finetune_lr=finetune_lr))
 icmlbook.use_style()
 cfg = run.pick(
-    smoke=dict(n_source=2000, pretrain_steps=150, stage1=20, stage2=30, repeats=1,
-               n_test=1000, gaps=(0.0, 0.25, 1.0), widget_stage1=10, widget_stage2=20),
+    smoke=dict(n_source=1000, pretrain_steps=100, stage1=10, stage2=20, repeats=1,
+               n_test=500, gaps=(0.0, 0.25, 1.0), curve_points=5, widget_stage1=5,
+               widget_stage2=10),
     default=dict(n_source=8000, pretrain_steps=600, stage1=100, stage2=150, repeats=3,
-                 n_test=4000, gaps=(0.0, 0.25, 0.5, 0.75, 1.0), widget_stage1=60,
-                 widget_stage2=100),
+                 n_test=4000, gaps=(0.0, 0.25, 0.5, 0.75, 1.0), curve_points=11,
+                 widget_stage1=60, widget_stage2=100),
     full=dict(n_source=20000, pretrain_steps=1500, stage1=200, stage2=300, repeats=6,
-              n_test=10000, gaps=(0.0, 0.125, 0.25, 0.5, 0.75, 1.0), widget_stage1=60,
-              widget_stage2=100),
+              n_test=10000, gaps=(0.0, 0.125, 0.25, 0.5, 0.75, 1.0), curve_points=11,
+              widget_stage1=60, widget_stage2=100),
 )
 D = 8  # input dimension of both modalities
 WIDTH = 64  # hidden width of the pretrained body
@@ -542,9 +543,9 @@ def target_test(gap_value):
 
 
 eye = torch.eye(D)
-gap_curve = np.linspace(0, 1, 11)
+gap_curve = np.linspace(0, 1, cfg.curve_points)
 mis_identity, mis_oracle, marginal_mmd = [], [], []
-mmd_rows = torch.arange(min(1000, cfg.n_test))
+mmd_rows = torch.arange(min(1000, cfg.n_test // 2))
 for g in gap_curve:
     rotation, test = target_test(float(g))
     mis_identity.append(discrepancy(eye, *model, test[0], test[1]))
@@ -709,7 +710,7 @@ def first_order_error(embed, body, head, shots_xy, source_xy, alpha=1e-4):
     g_in = torch.autograd.grad(inner_loss(embed, b, head, *shots64), list(b.values()))
     g_out = torch.autograd.grad(outer_loss(b, *src64), list(b.values()))
     linear = -alpha * sum((a * c).sum() for a, c in zip(g_in, g_out))
-    return float((exact - linear).abs() / linear.abs())
+    return float((exact.detach() - linear).abs() / linear.abs())
 
 
 def meta_gradient_at_zero_step(embed, body, head, shots_xy, source_xy):
@@ -730,19 +731,24 @@ print(f"first-order Taylor term at alpha = 1e-4: relative error {taylor_err:.2e}
 # %% [markdown]
 # ## Claims
 #
-# The thresholds were fixed on seeds 0-3 of a first run, before the sweep over seeds
-# 0-9; each line says what it was calibrated on. Paper claims first, each against an
-# ablation or a baseline, then checks that must hold if the code is right.
+# Paper claims first, each against an ablation or a baseline, then checks that must
+# hold if the code is right. The thresholds were fixed on seeds 0-9 of a first run of
+# this code (one setting of $\alpha, \lambda$, picked on seeds 0-3 among six that all
+# showed the same signs), and seeds 10-19 were run afterwards as a fresh test; each
+# line says what the first run measured. Changed after a first look: the outer loss
+# was first the source cross-entropy after the simulated step; it showed the same
+# trade as below, and we moved to the alignment and uniformity losses of Eq. 4, closer
+# to the paper's description.
 
 # %% tags=["thresholds"]
-C_GAP_LOSS = 0.1  # knowledge lost, gap 1 minus gap 0.25, naive FT; first run 0.2-0.4
-C_ALIGN_KEEPS = 0.1  # reuse MoNA - naive at the chosen gap; first run 0.3-0.5
-C_META_TARGET = 0.0  # target acc MoNA - warm-up; first run: +0.02 to +0.06
-C_VS_ORCA = 0.0  # reuse MoNA - ORCA-like; first run 0.05-0.15
+C_GAP_LOSS = 0.05  # knowledge lost, gap 1 minus gap 0.25, naive FT; first run 0.09-0.21
+C_ALIGN_KEEPS = 0.05  # reuse MoNA - naive FT at gap 1; first run 0.11-0.23
+C_META_TARGET = 0.0  # target acc MoNA - warm-up, must be > 0; first run +0.003-+0.022
+C_VS_ORCA = 0.0  # reuse MoNA - ORCA-like, must be > 0; first run +0.016-+0.064
 C_SOURCE_ACC = 0.75  # source model's test accuracy; first run 0.81-0.88
-C_MARGINAL = 0.01  # marginal MMD^2, target vs source, any gap: the same distribution
+C_MARGINAL = 0.01  # marginal MMD^2, target vs source, any gap: sampling noise ~ 1e-3
 C_ORACLE_FLAT = 1e-3  # max |D(oracle, gap) - D(oracle, 0)|: float32 rounding
-C_MISALIGN_GROWS = 0.3  # D(identity, gap 1) - D(identity, gap 0); first run 0.5-0.7
+C_MISALIGN_GROWS = 0.3  # D(identity, gap 1) - D(identity, gap 0); seed 0: 0.52
 C_TAYLOR = 0.05  # relative error of the first-order term at alpha = 1e-4
 C_ZERO_STEP = 0.0  # meta-gradient at alpha = 0: exactly zero
 
@@ -755,13 +761,14 @@ run.claim("knowledge lost by naive FT: gap 1 minus gap 0.25",
           versus="ablation", against="the same naive fine-tuning at a small gap (0.25)")
 run.claim("source reuse: MoNA minus naive FT", mona["reuse"] - naive["reuse"], ">=",
           C_ALIGN_KEEPS, "Aligning the embedder before fine-tuning keeps clearly more "
-          "source knowledge than fine-tuning naively", versus="baseline",
-          against="naive fine-tuning, same shots, recipe and budget")
+          "source knowledge than fine-tuning straight away", versus="ablation",
+          against="MoNA without its stage 1, i.e. naive fine-tuning, same shots, "
+          "recipe and budget")
 run.claim("target accuracy: MoNA minus warm-up", mona["target"] - warm["target"],
-          ">=", C_META_TARGET, "The meta-learned term of stage 1 improves target "
+          ">", C_META_TARGET, "The meta-learned term of stage 1 improves target "
           "accuracy over the same stage 1 without it", versus="ablation",
-          against="warm-up only (Eq. 5 with lambda = 0), same steps")
-run.claim("source reuse: MoNA minus ORCA-like", mona["reuse"] - orca["reuse"], ">=",
+          against="warm-up only (Eq. 5 with lambda = 0), same shots and steps")
+run.claim("source reuse: MoNA minus ORCA-like", mona["reuse"] - orca["reuse"], ">",
           C_VS_ORCA, "MoNA keeps more source knowledge than ORCA-like class-wise "
           "alignment", versus="baseline",
           against="ORCA-like alignment (Eq. 6), same shots, steps and fine-tuning")
@@ -783,6 +790,11 @@ run.metric("results", {a: {k: m[k] for k in ("target", "reuse", "misalignment")}
                        for a, m in results.items()})
 run.metric("naive_by_gap", {str(g): m for g, m in naive_by_gap.items()})
 run.metric("source_acc", source_acc)
+run.metric("reported", dict(
+    reuse_mona_minus_warm=mona["reuse"] - warm["reuse"],
+    target_mona_minus_naive=mona["target"] - naive["target"],
+    target_mona_minus_orca=mona["target"] - orca["target"],
+    target_oracle_minus_mona=results["oracle embedder"]["target"] - mona["target"]))
 run.metric("cos_oracle", cos_oracle);
 
 # %%
@@ -802,15 +814,39 @@ run.verdict()
 across = icmlbook.across_seeds(run)
 
 # %% [markdown]
-# ### Reported, not claimed: target accuracy against the baselines
+# ### Reported, not claimed: what does not reproduce
+#
+# Three of the paper's expectations do not show at our scale, on this seed and across
+# the seeds we ran:
 
 # %%
-print(f"target accuracy at gap {gap:.2f}: MoNA {mona['target']:.3f}, warm-up "
-      f"{warm['target']:.3f}, ORCA-like {orca['target']:.3f}, naive "
-      f"{naive['target']:.3f}, oracle embedder {results['oracle embedder']['target']:.3f}")
-print(f"MoNA - naive {mona['target'] - naive['target']:+.3f}, MoNA - ORCA-like "
-      f"{mona['target'] - orca['target']:+.3f}; source reuse MoNA - warm-up "
-      f"{mona['reuse'] - warm['reuse']:+.3f}")
+print(f"source reuse, MoNA - warm-up:          {mona['reuse'] - warm['reuse']:+.3f}")
+print(f"target accuracy, MoNA - naive FT:      {mona['target'] - naive['target']:+.3f}")
+print(f"target accuracy, MoNA - ORCA-like:     {mona['target'] - orca['target']:+.3f}")
+print(f"target accuracy, oracle - MoNA:        "
+      f"{results['oracle embedder']['target'] - mona['target']:+.3f}")
+
+# %% [markdown]
+# * **The meta-learned term does not keep more knowledge than warm-up.** It buys a
+#   little target accuracy (the ablation claim above) and pays for it with a little
+#   source reuse (first line, usually a point below zero). The simulated step looks
+#   one step ahead: it prefers embedders whose *first* target gradient is harmless,
+#   and these fit the shots slightly less well (the discrepancy after stage 1 is
+#   higher for MoNA than for warm-up in the table above), so the hundred-odd real
+#   fine-tuning steps that follow move the body a bit more.
+# * **No target-accuracy gain over naive fine-tuning or ORCA-like** (second and
+#   third lines). Every aligned arm keeps far more source knowledge than naive
+#   fine-tuning, but at this gap that knowledge is not what limits the target: from
+#   ten shots per class no stage 1 recovers a large rotation of the input space (the
+#   embedders above are only loosely like $R_\gamma^\top$), and the naive arm's body
+#   re-learns enough of the task from the shots to match them. ORCA-like, whose
+#   class-wise MMD uses the labelled source data directly, usually has the best
+#   target accuracy of the learned arms.
+# * **All learned arms stay far below the oracle embedder** (last line), the ceiling
+#   a perfect alignment would reach with the same shots.
+#
+# The paper's MoNA, at its scale, turns better knowledge reuse into better target
+# accuracy. Here the first half reproduces robustly and the second does not.
 
 # %% [markdown]
 # ## Explore
@@ -871,12 +907,15 @@ icmlbook.explore(update, controls, run=run)
 # | key ingredient | the meta-learned term, against embedder warm-up | MoNA against warm-up only (Eq. 5 with $\lambda = 0$) |
 # | baselines | naive fine-tuning, ORCA (OTDD alignment), PaRe and others | naive fine-tuning and a class-wise MMD ("ORCA-like", Eq. 6) |
 #
-# What reproduces, and what does not, is read from the verdict and the tables above:
-# the source knowledge lost by naive fine-tuning grows with the gap, and any
-# alignment before fine-tuning keeps more of it. What a toy cannot show is the paper's
-# scale: a linear embedder, eight classes and a few shots leave every learned arm far
-# below the oracle ceiling, because from a handful of labelled examples no stage 1
-# recovers a large rotation.
+# What reproduces: the larger the modality gap, the more source knowledge naive
+# fine-tuning destroys; aligning the embedder first keeps much more of it, and MoNA
+# keeps more than the ORCA-like alignment; the meta-learned term improves target
+# accuracy over its warm-up ablation, by a point or two. What does not: the
+# meta-learned term does not keep *more* knowledge than warm-up (slightly less), and
+# MoNA's target accuracy is no better than naive fine-tuning's and below ORCA-like's.
+# The paper's link from reuse to accuracy needs a stage 1 that actually aligns the
+# modalities; with a linear embedder, eight classes and ten shots per class, none of
+# the learned arms comes near the oracle ceiling.
 
 # %% [markdown]
 # ## Exercises
