@@ -251,7 +251,7 @@ def random_skew(gen):
 
 
 def sensor(gap_value, skew):
-    """Eq. 2: the rotation R = exp(gap * A) that turns source inputs into target ones."""
+    """Eq. 2: the rotation R = exp(gap * A) turning source inputs into target ones."""
     return torch.linalg.matrix_exp(gap_value * skew)
 
 
@@ -309,9 +309,9 @@ def fresh(params):
 
 
 # %% [markdown]
-# Adam for pretraining and stage 1, SGD with momentum for fine-tuning, written out
-# (a dozen lines; `torch.optim`'s first import would cost more time than this
-# chapter's smoke run may take).
+# Adam for pretraining and stage 1, SGD with momentum for fine-tuning, written out in a
+# dozen lines: they step with gradients from `torch.autograd.grad`, which is also how
+# the meta-gradient of stage 1 is taken.
 
 # %%
 class Adam:
@@ -397,7 +397,7 @@ def inner_step(embed, body, head, x_t, y_t, alpha):
 
 
 def outer_loss(stepped_body, x_s, y_s):
-    """Eq. 4: alignment (same-class pairs) + uniformity of the stepped body's features."""
+    """Eq. 4: alignment (same-class pairs) + uniformity of the stepped features."""
     z = F.normalize(body_fn(stepped_body, x_s), dim=1)
     d2 = (2 - 2 * z @ z.T).clamp_min(0)  # squared distances of unit vectors
     off = 1 - torch.eye(len(y_s))
@@ -441,7 +441,7 @@ def gaussian_kernel(a, b, bandwidth=float(D)):
 
 
 def classwise_mmd(z, y_t, x_s, y_s):
-    """Eq. 6: sum over classes of the squared MMD between target class c and source c."""
+    """Eq. 6: sum over classes of the squared MMD, target class c vs source class c."""
     mt = F.one_hot(y_t, K).float()
     ms = F.one_hot(y_s, K).float()
     mt, ms = mt / mt.sum(0).clamp_min(1), ms / ms.sum(0).clamp_min(1)
@@ -592,7 +592,8 @@ def run_arms(arms, gap_value, k, repeats, steps1, steps2, shot_seed, **kw):
 naive_by_gap = {}
 for g in icmlbook.progress(cfg.gaps, desc="naive fine-tuning"):
     naive_by_gap[g] = run_arms(["naive fine-tuning"], g, shots, cfg.repeats,
-                               cfg.stage1, cfg.stage2, seed + 100)[0]["naive fine-tuning"]
+                               cfg.stage1, cfg.stage2,
+                               seed + 100)[0]["naive fine-tuning"]
 loss_by_gap = {g: source_acc - m["reuse"] for g, m in naive_by_gap.items()}
 print(f"{'gap':>5} {'target acc':>11} {'source reuse':>13} {'knowledge lost':>15}")
 for g, m in naive_by_gap.items():
@@ -722,7 +723,8 @@ def meta_gradient_at_zero_step(embed, body, head, shots_xy, source_xy):
     return 0.0 if g is None else float(g.abs().max())
 
 
-check_shots = sample_shots(shots, teacher, rotation, torch.Generator().manual_seed(seed))
+check_shots = sample_shots(shots, teacher, rotation,
+                           torch.Generator().manual_seed(seed))
 taylor_err = first_order_error(eye, *model, check_shots, source_xy)
 zero_grad = meta_gradient_at_zero_step(eye, *model, check_shots, source_xy)
 print(f"first-order Taylor term at alpha = 1e-4: relative error {taylor_err:.2e}; "
@@ -829,11 +831,11 @@ print(f"target accuracy, oracle - MoNA:        "
 # %% [markdown]
 # * **The meta-learned term does not keep more knowledge than warm-up.** It buys a
 #   little target accuracy (the ablation claim above) and pays for it with a little
-#   source reuse (first line, usually a point below zero). The simulated step looks
+#   source reuse (first line, usually just below zero). The simulated step looks
 #   one step ahead: it prefers embedders whose *first* target gradient is harmless,
 #   and these fit the shots slightly less well (the discrepancy after stage 1 is
-#   higher for MoNA than for warm-up in the table above), so the hundred-odd real
-#   fine-tuning steps that follow move the body a bit more.
+#   higher for MoNA than for warm-up in the table above, on most seeds), so the many
+#   real fine-tuning steps that follow move the body a bit more.
 # * **No target-accuracy gain over naive fine-tuning or ORCA-like** (second and
 #   third lines). Every aligned arm keeps far more source knowledge than naive
 #   fine-tuning, but at this gap that knowledge is not what limits the target: from
@@ -910,7 +912,7 @@ icmlbook.explore(update, controls, run=run)
 # What reproduces: the larger the modality gap, the more source knowledge naive
 # fine-tuning destroys; aligning the embedder first keeps much more of it, and MoNA
 # keeps more than the ORCA-like alignment; the meta-learned term improves target
-# accuracy over its warm-up ablation, by a point or two. What does not: the
+# accuracy over its warm-up ablation, by a small margin. What does not: the
 # meta-learned term does not keep *more* knowledge than warm-up (slightly less), and
 # MoNA's target accuracy is no better than naive fine-tuning's and below ORCA-like's.
 # The paper's link from reuse to accuracy needs a stage 1 that actually aligns the

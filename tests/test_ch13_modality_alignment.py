@@ -15,17 +15,18 @@ def gen(seed):
     return torch.Generator().manual_seed(seed)
 
 
-@pytest.fixture(scope="module")
+_g = gen(0)
+TASK = (ch.make_teacher(_g), ch.random_skew(_g), _g)  # cheap: no training
+
+
+@pytest.fixture
 def task():
-    g = gen(0)
-    teacher = ch.make_teacher(g)
-    skew = ch.random_skew(g)
-    return teacher, skew, g
+    return TASK
 
 
 @pytest.fixture(scope="module")
-def small_model(task):
-    teacher, _, _ = task
+def small_model():
+    teacher, _, _ = TASK
     g = gen(1)
     x, y = ch.sample_source(2000, teacher, g)
     return ch.pretrain(x, y, 150, g)
@@ -206,3 +207,69 @@ def test_finetuning_fits_the_shots_and_reuse_uses_the_source_head(small_model, t
 def test_thresholds_are_the_chapters():
     assert ch.C_GAP_LOSS > 0 and ch.C_ALIGN_KEEPS > 0
     assert ch.C_ZERO_STEP == 0 and 0 < ch.C_TAYLOR < 1
+
+
+# ---- paper claims: they hold for the chapter's MoNA, and fail for broken variants ----
+
+DEFAULT = dict(n_source=8000, pretrain_steps=600, n_test=4000, stage1=100, stage2=150,
+               repeats=3)  # the default tier's sizes
+
+
+@pytest.fixture(scope="module")
+def trained():
+    """The default tier at seed 0, in the chapter's order of random draws."""
+    g = gen(0)
+    ch.teacher = ch.make_teacher(g)
+    ch.skew = ch.random_skew(g)
+    x, y = ch.sample_source(DEFAULT["n_source"], ch.teacher, g)
+    ch.model = ch.pretrain(x, y, DEFAULT["pretrain_steps"], g)
+    ch.x_test, ch.y_test = ch.sample_source(DEFAULT["n_test"], ch.teacher, g)
+    ch.source_xy = ch.sample_source(ch.OUTER_BATCH, ch.teacher, g)
+    ch.source_acc = ch.accuracy(torch.eye(ch.D), *ch.model, ch.x_test, ch.y_test)
+    ch.inner_lr, ch.meta_weight, ch.finetune_lr = ALPHA, LAM, LR
+    results = arms(ch.ARMS, 1.0)
+    return results, knowledge_lost_gap()
+
+
+def arms(names, gap_value, seed_offset=200, **kw):
+    return ch.run_arms(names, gap_value, 10, DEFAULT["repeats"], DEFAULT["stage1"],
+                       DEFAULT["stage2"], seed_offset, **kw)[0]
+
+
+def knowledge_lost_gap():
+    reuse = {g: arms(["naive fine-tuning"], g, 100)["naive fine-tuning"]["reuse"]
+             for g in (0.25, 1.0)}
+    return reuse[0.25] - reuse[1.0]  # (acc - reuse(1)) - (acc - reuse(0.25))
+
+
+def paper_claims(results, lost_gap):
+    mona, warm = results["MoNA"], results["warm-up only"]
+    naive, orca = results["naive fine-tuning"], results["ORCA-like"]
+    return dict(gap=lost_gap >= ch.C_GAP_LOSS,
+                keeps=mona["reuse"] - naive["reuse"] >= ch.C_ALIGN_KEEPS,
+                meta=mona["target"] - warm["target"] > ch.C_META_TARGET,
+                orca=mona["reuse"] - orca["reuse"] > ch.C_VS_ORCA)
+
+
+def test_paper_claims_hold_for_the_chapters_mona(trained):
+    assert all(paper_claims(*trained).values())
+
+
+def test_a_sensor_that_ignores_the_gap_fails_the_gap_claim(trained, monkeypatch):
+    monkeypatch.setattr(ch, "sensor", lambda gap_value, skew: torch.eye(ch.D))
+    assert not paper_claims(trained[0], knowledge_lost_gap())["gap"]
+
+
+def test_mona_without_its_stage_1_fails_the_reuse_claims(trained):
+    results = dict(trained[0])
+    results["MoNA"] = ch.run_arms(["MoNA"], 1.0, 10, DEFAULT["repeats"], 0,
+                                  DEFAULT["stage2"], 200)[0]["MoNA"]
+    holds = paper_claims(results, trained[1])
+    assert not holds["keeps"] and not holds["orca"]
+
+
+def test_mona_without_its_meta_term_fails_the_ablation_claim(trained):
+    results = dict(trained[0])
+    results["MoNA"] = arms(["MoNA"], 1.0, lam=0.0)["MoNA"]
+    assert results["MoNA"]["target"] == results["warm-up only"]["target"]
+    assert not paper_claims(results, trained[1])["meta"]
