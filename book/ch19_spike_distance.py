@@ -67,9 +67,9 @@ check_range("confidence_low", confidence_low, 0.0, 1.0, lo_open=True)
 # %% [markdown]
 # ## Setup
 #
-# Two tiny 1-D CNNs per simulated cell (PyTorch, one thread) and a NumPy neuron. The tier sets how much
-# simulated recording we train on, how many optimiser steps, and how much test recording
-# we roll the models out on.
+# Two tiny 1-D CNNs per simulated cell (PyTorch, one thread) and a NumPy neuron. The
+# tier sets how much simulated recording we train on, how many optimiser steps, and how
+# much test recording we roll the models out on.
 
 # %%
 import numpy as np
@@ -202,9 +202,9 @@ def simulate_spikes(g, base, gain, rng):
 
 
 # %% [markdown]
-# ## The idea in math
+# ## From scratch, equation by equation
 #
-# ### The spike distance (the target)
+# ### The spike distance, the target (Eq. 2)
 #
 # For a spike train with spike times $s_1 < s_2 < \dots$ the spike distance at bin $t$ is
 #
@@ -216,103 +216,6 @@ def simulate_spikes(g, base, gain, rng):
 # the model is never asked to explain a past spike with a low distance near $t_0$
 # (including them made the authors' inference put spurious spikes at the start of the
 # window). We predict $P = 48$ bins ahead.
-#
-# ### The model and its loss
-#
-# A network $f_\theta$ sees the stimulus and the spike history over
-# $[t_0 - 160, t_0)$, and nothing after "now": this is the paper's protocol (it gives
-# its models about 1 s of stimulus and spikes before $t_0$; the authors' dataset code
-# slices the stimulus up to $t_0$, stating that future stimulus is not made available).
-# It outputs a log distance for each of the $P$ future bins. Its loss is the paper's, a
-# squared error in log space:
-#
-# $$\hat\ell_t = \mu_{\log} + f_\theta(\cdot)_t, \qquad
-#   \mathcal L_{\text{dist}} = 3 \cdot \frac1P \sum_{t=t_0}^{t_0+P-1}
-#   \big(\hat\ell_t - \log d(t)\big)^2, \tag{3}$$
-#
-# with $\mu_{\log}$ the mean of $\log d$ over the training set, so the network starts at
-# the right scale. The predicted distance is $\hat d_t = e^{\hat\ell_t}$.
-#
-# ### From distances back to spikes (inference)
-#
-# A candidate spike set $S$ *implies* a distance curve $d_S(t)$ by Eq. 2. Inference looks
-# for the set whose implied curve is closest to the prediction, with confidence weights
-# that fall from 1 at the first predicted bin to `confidence_low` at the last (later bins
-# are harder to predict):
-#
-# $$S^\star = \arg\min_S\ J(S), \qquad J(S) = \sum_{t=0}^{P-1} w_t \big(d_S(t) - \hat d_t\big)^2,
-#   \qquad w_t = 1 - (1 - w_{\text{low}})\tfrac{t}{P-1} . \tag{4}$$
-#
-# Candidates live in every bin of the window *and* in every bin up to $d_{\max}$ past it,
-# because a spike just after the window still shapes the end of $d_S$ (without them the
-# fit stuffs a spike into the last bin). The paper's **greedy removal** starts with a
-# spike in every candidate bin and removes spikes one at a time. The implied distance
-# at $t$ depends only on the nearest spikes to its left, $a$, and right, $b$; so removing
-# candidate $n$ (neighbours $a < n < b$) changes $J$ only between $a$ and $b$:
-#
-# $$\Delta J(n) = \underbrace{C(a, b)}_{\text{without } n}
-#   - \underbrace{\big[C(a, n) + w_n(\tfrac14 - \hat d_n)^2 + C(n, b)\big]}_{\text{with } n},
-#   \quad C(a, b) = \sum_{a<t<b} w_t\big(\min(t-a,\ b-t,\ d_{\max}) - \hat d_t\big)^2 . \tag{5}$$
-#
-# Candidate $n$ is removed when $\Delta J(n) < 0$. Candidates are visited in order of
-# decreasing $\hat d$ (first) and of decreasing "cost of removal" $\Delta J$ (later passes);
-# the passes repeat until nothing is removed.
-#
-# *Exactness on noise-free input.* If $\hat d = d_{S^\ast}$ for a true set $S^\ast$ and the
-# current set contains $S^\ast$, every implied distance is at most the true one; removing a
-# false candidate can only move each $d_S(t)$ up towards the truth (strictly at its own bin),
-# and removing a true spike strictly hurts at its own bin. So the greedy never removes a
-# true spike and ends with exactly $S^\ast$ in the window (our derivation; we test it).
-#
-# *Optimality on noisy input.* The same locality gives an exact dynamic programme over
-# the spikes in order, $F(b) = \min\big(C(-\infty, b),\ \min_{a<b} F(a) + C(a,b)\big) +
-# w_b(\tfrac14-\hat d_b)^2$; it is $O(P^2)$ segments and slow in Python, so we only use it
-# to measure how far the greedy is from the optimum.
-#
-# ### The Poisson baseline
-#
-# A network of the same architecture predicts the expected count $\lambda_L$ of spikes in
-# the next $L$ ms, one output per interval $L \in \{2, 5, 10, 20, 48\}$, trained with the
-# Poisson negative log-likelihood
-#
-# $$\mathcal L_{\text{Pois}} = \sum_L \big(\lambda_L - n_L \log \lambda_L\big),
-#   \qquad n_L = \#\{k : t_0 \le s_k < t_0 + L\} . \tag{6}$$
-#
-# To turn a rate into spikes it needs a **count decision**, *round* ($\lfloor\lambda\rceil$),
-# *floor* (the mode of a Poisson for non-integer $\lambda$) or *sample* ($n \sim
-# \operatorname{Poisson}(\lambda)$), and a **placement**: $n$ spikes spread evenly over the
-# interval, at $t_0 + \lfloor (i + \tfrac12) L / n \rfloor$. Round and floor are the
-# maximum-likelihood-style decisions the paper criticises: when $L$ is short,
-# $\lambda_L < \tfrac12$ nearly always, and they predict nothing.
-#
-# Two of these baselines matter most. $L = 48$ ms is the distance model's own span and
-# stride: same input, same network, same rollout, only the objective differs, so it is
-# the **ablation** of the spike distance. And a careful user of Poisson models would
-# not fix $L$ and the decision in advance: she would pick the pair that scores best on
-# held-out data. We give her more than that: the **best Poisson** model is the best of
-# all 15 pairs chosen in hindsight on the test data itself, at the smoothing width being
-# scored. No user could make that choice, so it is an upper bound on the strongest fair
-# baseline.
-#
-# ### Scoring spike trains
-#
-# Predicted and recorded trains $y, \hat y$ are compared with **Schreiber similarity**,
-# the cosine between the trains after Gaussian smoothing of width $\sigma$,
-#
-# $$\operatorname{Sch}_\sigma(y, \hat y) = \frac{\langle G_\sigma * y,\ G_\sigma * \hat y\rangle}
-#   {\lVert G_\sigma * y\rVert\ \lVert G_\sigma * \hat y\rVert}, \tag{7}$$
-#
-# with the **van Rossum distance** $D_\tau^2 = \frac1\tau\sum_t \big((e_\tau * y)_t -
-# (e_\tau * \hat y)_t\big)^2$, causal exponential smoothing $e_\tau$, divided here by
-# the same quantity for an empty prediction (so 1 is "as bad as predicting nothing"),
-# and with the Pearson **correlation** of the Gaussian-smoothed trains. These are the
-# three metrics of the authors' evaluation. Small $\sigma$ or $\tau$ rewards
-# millisecond timing; large ones reward the right rate.
-
-# %% [markdown]
-# ## From scratch
-#
-# ### The target (Eq. 2)
 #
 # `spike_distance` is Eq. 2 for one window, straight from the definition. Training needs
 # it for many windows at once, so `distance_targets` computes the same thing from two
@@ -363,7 +266,28 @@ def distance_targets(nxt, prv, t0, d_max, pred_len=PRED_LEN):
 
 
 # %% [markdown]
-# ### The networks (Eqs. 3 and 6)
+# ### The networks and their losses (Eqs. 3 and 6)
+#
+# A network $f_\theta$ sees the stimulus and the spike history over
+# $[t_0 - 160, t_0)$, and nothing after "now": this is the paper's protocol (it gives
+# its models about 1 s of stimulus and spikes before $t_0$; the authors' dataset code
+# slices the stimulus up to $t_0$, stating that future stimulus is not made available).
+# It outputs a log distance for each of the $P$ future bins. Its loss is the paper's, a
+# squared error in log space:
+#
+# $$\hat\ell_t = \mu_{\log} + f_\theta(\cdot)_t, \qquad
+#   \mathcal L_{\text{dist}} = 3 \cdot \frac1P \sum_{t=t_0}^{t_0+P-1}
+#   \big(\hat\ell_t - \log d(t)\big)^2, \tag{3}$$
+#
+# with $\mu_{\log}$ the mean of $\log d$ over the training set, so the network starts at
+# the right scale. The predicted distance is $\hat d_t = e^{\hat\ell_t}$.
+#
+# The Poisson baseline is a network of the same architecture that predicts the expected
+# count $\lambda_L$ of spikes in the next $L$ ms, one output per interval
+# $L \in \{2, 5, 10, 20, 48\}$, trained with the Poisson negative log-likelihood
+#
+# $$\mathcal L_{\text{Pois}} = \sum_L \big(\lambda_L - n_L \log \lambda_L\big),
+#   \qquad n_L = \#\{k : t_0 \le s_k < t_0 + L\} . \tag{6}$$
 #
 # Both models share one small architecture: two strided 1-D convolutions over the
 # 160-bin input (stimulus and spike-history channels), then a linear layer. Only the head
@@ -477,11 +401,47 @@ def train_models(
 
 
 # %% [markdown]
-# ### Inference: greedy removal (Eqs. 4–5)
+# ### From distances back to spikes: greedy removal (Eqs. 4–5)
+#
+# A candidate spike set $S$ *implies* a distance curve $d_S(t)$ by Eq. 2. Inference looks
+# for the set whose implied curve is closest to the prediction, with confidence weights
+# that fall from 1 at the first predicted bin to `confidence_low` at the last (later bins
+# are harder to predict):
+#
+# $$S^\star = \arg\min_S\ J(S), \qquad J(S) = \sum_{t=0}^{P-1} w_t \big(d_S(t) - \hat d_t\big)^2,
+#   \qquad w_t = 1 - (1 - w_{\text{low}})\tfrac{t}{P-1} . \tag{4}$$
+#
+# Candidates live in every bin of the window *and* in every bin up to $d_{\max}$ past it,
+# because a spike just after the window still shapes the end of $d_S$ (without them the
+# fit stuffs a spike into the last bin). The paper's **greedy removal** starts with a
+# spike in every candidate bin and removes spikes one at a time. The implied distance
+# at $t$ depends only on the nearest spikes to its left, $a$, and right, $b$; so removing
+# candidate $n$ (neighbours $a < n < b$) changes $J$ only between $a$ and $b$:
+#
+# $$\Delta J(n) = \underbrace{C(a, b)}_{\text{without } n}
+#   - \underbrace{\big[C(a, n) + w_n(\tfrac14 - \hat d_n)^2 + C(n, b)\big]}_{\text{with } n},
+#   \quad C(a, b) = \sum_{a<t<b} w_t\big(\min(t-a,\ b-t,\ d_{\max}) - \hat d_t\big)^2 . \tag{5}$$
+#
+# Candidate $n$ is removed when $\Delta J(n) < 0$. Candidates are visited in order of
+# decreasing $\hat d$ (first) and of decreasing "cost of removal" $\Delta J$ (later passes);
+# the passes repeat until nothing is removed.
 #
 # `segment_loss` is $C(a, b)$ of Eq. 5, restricted to bins inside the window (`None` means
 # no spike on that side). `infer_spikes` keeps the candidates in a doubly linked list
 # (`left`, `right`), so each removal costs $O(b - a)$.
+
+# %% [markdown]
+# *Exactness on noise-free input.* If $\hat d = d_{S^\ast}$ for a true set $S^\ast$ and the
+# current set contains $S^\ast$, every implied distance is at most the true one; removing a
+# false candidate can only move each $d_S(t)$ up towards the truth (strictly at its own bin),
+# and removing a true spike strictly hurts at its own bin. So the greedy never removes a
+# true spike and ends with exactly $S^\ast$ in the window (our derivation; we test it).
+#
+# *Optimality on noisy input.* The same locality gives an exact dynamic programme over
+# the spikes in order, $F(b) = \min\big(C(-\infty, b),\ \min_{a<b} F(a) + C(a,b)\big) +
+# w_b(\tfrac14-\hat d_b)^2$; it is $O(P^2)$ segments and slow in Python, so we only use it
+# to measure how far the greedy is from the optimum (`infer_spikes_dp`, below the
+# greedy).
 
 # %%
 def confidence_weights(n, w_low):
@@ -585,8 +545,21 @@ def infer_spikes_dp(d_hat, d_max, w_low=0.3):
 # %% [markdown]
 # ### Poisson decisions and placement
 #
-# The rate becomes a count by one of the three decisions, and the count becomes spikes
-# spread evenly over the interval (Eq. 6's paragraph).
+# To turn a rate into spikes, a Poisson model needs a **count decision**, *round*
+# ($\lfloor\lambda\rceil$), *floor* (the mode of a Poisson for non-integer $\lambda$) or
+# *sample* ($n \sim \operatorname{Poisson}(\lambda)$), and a **placement**: $n$ spikes
+# spread evenly over the interval, at $t_0 + \lfloor (i + \tfrac12) L / n \rfloor$. Round and floor are the
+# maximum-likelihood-style decisions the paper criticises: when $L$ is short,
+# $\lambda_L < \tfrac12$ nearly always, and they predict nothing.
+#
+# Two of these baselines matter most. $L = 48$ ms is the distance model's own span and
+# stride: same input, same network, same rollout, only the objective differs, so it is
+# the **ablation** of the spike distance. And a careful user of Poisson models would
+# not fix $L$ and the decision in advance: she would pick the pair that scores best on
+# held-out data. We give her more than that: the **best Poisson** model is the best of
+# all 15 pairs chosen in hindsight on the test data itself, at the smoothing width being
+# scored. No user could make that choice, so it is an upper bound on the strongest fair
+# baseline.
 
 # %%
 def poisson_counts(rate, mode, rng):
@@ -610,9 +583,13 @@ def place_evenly(n, L):
 # ### The rollout protocol
 #
 # Every predictor is run the same way: **autoregressively**, on its own predicted spikes.
-# At "now" $t_0$ it sees the stimulus and its *own* spike history, predicts the next span
+# At "now" $t_0$ it sees the stimulus up to $t_0$ and its *own* spike history, predicts
+# the next span
 # (48 ms for the distance model, $L$ ms for a Poisson model), writes the predicted spikes
-# into its history, and moves on by that span. To keep the short-interval Poisson
+# into its history, and moves on by that span. A short-interval Poisson model therefore
+# sees the stimulus again every $L$ ms, while the distance model predicts 48 ms from
+# what it saw at $t_0$: this is the paper's protocol (stride 80 ms for its distance
+# model), and it matters for a cell that answers quickly (see the fast cell below). To keep the short-interval Poisson
 # rollouts cheap (one forward pass per 2 ms), the test recording is cut into segments
 # that are rolled out in parallel as one batch; each segment starts from the recorded
 # spike history before it, and is then on its own.
@@ -667,7 +644,20 @@ def rollout_poisson(pnet, stim, spikes, starts, seg_ms, L, modes, rng):
 
 
 # %% [markdown]
-# ### The metrics (Eq. 7)
+# ### Scoring spike trains (Eq. 7)
+#
+# Predicted and recorded trains $y, \hat y$ are compared with **Schreiber similarity**,
+# the cosine between the trains after Gaussian smoothing of width $\sigma$,
+#
+# $$\operatorname{Sch}_\sigma(y, \hat y) = \frac{\langle G_\sigma * y,\ G_\sigma * \hat y\rangle}
+#   {\lVert G_\sigma * y\rVert\ \lVert G_\sigma * \hat y\rVert}, \tag{7}$$
+#
+# with the **van Rossum distance** $D_\tau^2 = \frac1\tau\sum_t \big((e_\tau * y)_t -
+# (e_\tau * \hat y)_t\big)^2$, causal exponential smoothing $e_\tau$, divided here by
+# the same quantity for an empty prediction (so 1 is "as bad as predicting nothing"),
+# and with the Pearson **correlation** of the Gaussian-smoothed trains. These are the
+# three metrics of the authors' evaluation. Small $\sigma$ or $\tau$ rewards
+# millisecond timing; large ones reward the right rate.
 
 # %%
 def schreiber(y, y_hat, sigma):
@@ -919,13 +909,12 @@ for cell in icmlbook.progress(list(CELLS), desc="rollouts"):
 # Poisson model and the repeat trial.
 
 # %% tags=["hide-input"]
-def raster_panel(ax, cell, rows, t_lo, t_hi, d_hat=None, d_max=d_max):
+def raster_panel(ax, rows, t_lo, t_hi, d_hat, top):
     """Rows of spike trains (name, train, colour) over [t_lo, t_hi) of the scored bins,
-    under the predicted distance d_hat (clamped at d_max for the plot)."""
+    under the predicted distance d_hat (clamped at ``top`` ms for the plot)."""
     t = np.arange(t_lo, t_hi)
-    if d_hat is not None:
-        ax.plot(t, np.minimum(d_hat[t], d_max), lw=1,
-                **{**STYLE["distance model"], "label": r"predicted $\hat d$"})
+    ax.plot(t, np.minimum(d_hat[t], top), lw=1,
+            **{**STYLE["distance model"], "label": r"predicted $\hat d$"})
     for i, (name, train, colour) in enumerate(rows):
         ax.eventplot(
             [t[train[t] > 0]], lineoffsets=-6 - 7 * i, linelengths=5, colors=colour
@@ -934,7 +923,7 @@ def raster_panel(ax, cell, rows, t_lo, t_hi, d_hat=None, d_max=d_max):
                 color=colour)
     for b in range(t_lo - t_lo % PRED_LEN, t_hi, PRED_LEN):
         ax.axvline(b, color="0.85", lw=0.6, zorder=0)
-    ax.set(xlim=(t_lo, t_hi), ylim=(-6 - 7 * len(rows), d_max * 1.05),
+    ax.set(xlim=(t_lo, t_hi), ylim=(-6 - 7 * len(rows), top * 1.05),
            xlabel="t (ms, test segments)", ylabel="distance (ms)")
 
 
@@ -951,8 +940,8 @@ def standard_rows(cell, name):
 
 fig, ax = plt.subplots(figsize=(8, 3.2))
 n_show = min(1440, len(results["delayed"]["truth"]))
-raster_panel(ax, "delayed", standard_rows("delayed", "Poisson L=10 round"), 0,
-             n_show, results["delayed"]["d_hat"])
+raster_panel(ax, standard_rows("delayed", "Poisson L=10 round"), 0, n_show,
+             results["delayed"]["d_hat"], d_max)
 ax.set_title("delayed cell: predicted distance and spikes (grey lines: 48 ms steps)")
 ax.legend(loc="lower right", fontsize=7)
 plt.show()
@@ -1288,7 +1277,7 @@ def explore_inference(window, d_max_inf, w_low, removals):
              STYLE["distance model"]["color"]),
             ("rollout (d_max 50, w_low as run)", results[D]["preds"]["distance"],
              "0.45")]
-    raster_panel(axes[1], D, rows, t_lo, t_hi, results[D]["d_hat"])
+    raster_panel(axes[1], rows, t_lo, t_hi, results[D]["d_hat"], d_max)
     rolled = results[D]["preds"]["distance"][t_lo:t_hi]
     axes[1].set_title(f"Schreiber at 2 ms on these windows: re-inferred "
                       f"{schreiber(truth_s, re, 2):.3f}, rollout "
