@@ -135,9 +135,9 @@ print(
 # a second, on a minority of the stimulus events that drive it (an *unreliable* cell,
 # where a timing model has the most to gain). We simulate two such cells that differ
 # only in latency: the **delayed** cell ($\ell = 40$ ms, its filter peaks 60 ms after a
-# flicker change, a typical RGC latency) is the headline; the **fast** cell ($\ell = 0$,
-# peak at 20 ms) is the contrast that shows what the protocol does when a cell answers
-# sooner than the prediction span.
+# flicker change, a typical RGC latency) is the headline; the **fast** cell
+# ($\ell = 0$, peak at about 20 ms) is the contrast that shows what the protocol does
+# when a cell answers sooner than the prediction span.
 
 # %%
 FRAME_MS = 25  # flicker frame duration
@@ -1159,7 +1159,7 @@ across = icmlbook.across_seeds(run)
 # %% [markdown]
 # ## Where the advantage goes: a fast cell
 #
-# The same models, trained the same way, on the **fast** cell, whose filter peaks 20 ms
+# The same models, trained the same way, on the **fast** cell, whose filter peaks about 20 ms
 # after a flicker change instead of 60 ms. Under the paper's protocol a model predicting
 # 48 ms ahead must then guess the response to stimulus it has not seen, while a Poisson
 # model with a 2–20 ms stride sees the stimulus again before each of its short
@@ -1301,7 +1301,7 @@ icmlbook.explore(explore_inference, controls, run=run)
 #
 # | | paper | this book |
 # |---|---|---|
-# | data | chicken and frog RGC recordings, colour noise, ~1 ms bins | two simulated GLM neurons (Eq. 1), binary flicker, 1 ms bins, about 4 Hz, latencies 60 ms (headline) and 20 ms (contrast) |
+# | data | chicken and frog RGC recordings, colour noise, ~1 ms bins | two simulated GLM neurons (Eq. 1), binary flicker, 1 ms bins, about 4 Hz, filter peaks 60 ms (headline) and about 20 ms (contrast) after a flicker change |
 # | input | about 1 s of stimulus and spike history before "now" | 160 ms of stimulus and spike history before "now" (the same protocol) |
 # | target | spike distance, $d_{\max} = 200$ ms, future spikes only, 0.25 at spikes, 80 ms predicted | the same with $d_{\max} = 50$ ms and a 48 ms span (Eq. 2) |
 # | model | U-Net-style CNN, log-distance output, $3\cdot$MSE | a 2-layer strided CNN, same output and loss (Eq. 3) |
