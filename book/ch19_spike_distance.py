@@ -1221,7 +1221,7 @@ print(
 # and a step-through of the greedy removal. Left: one 48 ms window, with $\hat d$ (blue
 # dots), the curve implied by the candidates still alive after `removals` steps (grey)
 # and the spikes they leave (blue ticks) against the recorded ones (black ticks).
-# Right: ten windows around it, with the spikes re-inferred under your knobs, and their
+# Right: five windows around it, with the spikes re-inferred under your knobs, and their
 # Schreiber similarity at 2 ms. (The re-inference reuses the rollout's $\hat d$, which
 # was computed from the rollout's own spike history.) Things to try: $w_{\text{low}} = 1$
 # (no confidence decay); a $d_{\max}$ far from the 50 ms the model was trained with.
@@ -1232,14 +1232,14 @@ import ipywidgets as W
 wd_hat = results[D]["d_hat"].reshape(-1, PRED_LEN)
 w_truth = results[D]["truth"].reshape(-1, PRED_LEN)
 n_windows = len(wd_hat)
-n_context = min(10, n_windows)
+n_context = min(5, n_windows)
 # the first window with two recorded spikes, for the default view
 busy = np.flatnonzero(w_truth.sum(1) >= 2)
 first_busy = int(busy[0]) if len(busy) else 0
 
 
 def explore_inference(window, d_max_inf, w_low, removals):
-    """One window's greedy removal, stepped; ten windows re-inferred with the knobs."""
+    """One window's greedy removal, stepped; five windows re-inferred with the knobs."""
     window = int(np.clip(window, 0, n_windows - 1))
     trace = []
     kept = infer_spikes(wd_hat[window], d_max_inf, w_low, keep_beyond=True,
