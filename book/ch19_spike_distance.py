@@ -1191,8 +1191,8 @@ run.metric("cell_contrast", contrast)
 # On the delayed cell the distance model leads at every width. On the fast cell it still
 # beats the Poisson model on its own span (the ablation: both see the same stimulus), but
 # its lead over the best Poisson model, which steps forward 10–20 ms at a time, is gone:
-# the ratio is about 1 at 2 ms and below 1 at 5 and 10 ms (printed above; the same
-# pattern holds on the other seeds we ran, though we do not enforce it). The spike distance helps with
+# the ratio is at or below about 1 at 2, 5 and 10 ms (printed above; the same pattern
+# holds on seeds 0-9, though we do not enforce it). The spike distance helps with
 # *timing*; it cannot time spikes driven by stimulus the model has not been shown. Had
 # we given the models the stimulus over the predicted span, as an earlier version of
 # this chapter did, the distance model would lead on the fast cell too; that protocol is
