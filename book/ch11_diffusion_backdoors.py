@@ -834,9 +834,11 @@ plt.show()
 # %% [markdown]
 # Left: TERD (blue) puts the backdoored models (circles) far to the right of the
 # benign ones (crosses). So does Elijah (teal), whose benign reversions shrink towards
-# 0; with the plain loss (red) the two kinds of model are mixed. Right: at our trigger norm the Bayes bound (grey) is already
-# within $10^{-3}$ of 1, so *every* reversion that points roughly the right way
-# detects inputs almost perfectly, even the untouched initialisation (amber). A
+# 0; with the plain loss (red) the two kinds of model are mixed. Right: at our trigger
+# norm the Bayes bound (grey) is already within $10^{-3}$ of 1, so any reversion that
+# points roughly the right way and is about as long as the trigger detects inputs
+# almost perfectly, even the untouched initialisation (amber). Elijah's trigger (teal)
+# is too short, and its TNR, $\Phi(\|\tau\|/2)$ by Eq. 9's route, pays for it. A
 # detection rate of 100 % says more about the trigger's norm than about the defence.
 #
 # ## Claims
@@ -1104,7 +1106,9 @@ icmlbook.explore(update, controls, run=run)
 # What to read with care: near-perfect input detection is a property of the trigger's
 # norm (Eq. 9), and even the untouched initialisation passes most of it; the
 # refinement stage moves the trigger little at our scale (its gradient is clipped),
-# and without restarts a single stage-1 run sometimes collapses towards 0. We did not
+# and without restarts a single stage-1 run sometimes collapses towards 0. Our
+# backdoors are less stealthy than the paper's (the high poison rate pulls clean
+# generations towards the target), which may make them easier to find. We did not
 # reproduce TrojDiff (where $\gamma < 1$ must be reversed too), the SDE models or the
 # paper's image sizes.
 #
