@@ -50,7 +50,7 @@
 # BadDiffusion is reproduced, so $\gamma = 1$ is known and only $\mu$ is reversed. Three
 # things are ours, not the paper's: TERD's first stage is restarted from a few random
 # initialisations and the restart with the lowest refinement loss is kept (one run
-# from one initialisation lands in the wrong basin too often at this scale); the
+# from one initialisation can end in the wrong basin at this scale); the
 # threshold of model detection, which the paper's code does not fix, is calibrated on
 # the benign models; and the equation numbers are this chapter's.
 
@@ -466,7 +466,7 @@ def fixed_refine_loss(bank, mu, batch, seed_, loss=reversed_loss):
 # %% [markdown]
 # ### TERD, with restarts
 #
-# One stage-1 run ends either near the trigger or collapsed towards 0, depending on its
+# A stage-1 run can end near the trigger or shrink towards 0, depending on its
 # initialisation. We run `restarts` of them side by side, keep for each model the one
 # whose refinement loss (Eq. 6, fixed noise) is lowest, and refine only that one. The
 # selection uses nothing the defender lacks. The ablation runs the same procedure with
@@ -1106,7 +1106,7 @@ icmlbook.explore(update, controls, run=run)
 # What to read with care: near-perfect input detection is a property of the trigger's
 # norm (Eq. 9), and even the untouched initialisation passes most of it; the
 # refinement stage moves the trigger little at our scale (its gradient is clipped),
-# and without restarts a single stage-1 run sometimes collapses towards 0. Our
+# and we keep the best of several stage-1 runs rather than trusting one. Our
 # backdoors are less stealthy than the paper's (the high poison rate pulls clean
 # generations towards the target), which may make them easier to find. We did not
 # reproduce TrojDiff (where $\gamma < 1$ must be reversed too), the SDE models or the
