@@ -463,36 +463,43 @@ def length_report(curve, train_len, factors=FACTORS, far=FAR):
 # ## The experiment
 #
 # Six encodings on sentence segments, plus BiPE-RoPE trained and evaluated with the two
-# meaningless segmentations. Each model is then read on the same $8L$-character test
-# windows (random starting points in a held-out text).
+# meaningless segmentations. Each model is read on the same $8L$-character test
+# windows (random starting points in a held-out text). `fit_and_read` trains one
+# variant and keeps its per-token loss; the three cells below train the flat
+# encodings, the bilevel ones, and the segmentation ablations.
 
 # %%
-RUNS = [(pe, "sentences") for pe in VARIANTS] + [
-    ("BiPE-RoPE", "chunks"),
-    ("BiPE-RoPE", "random"),
-]
 eval_windows = sample_windows(test_text, cfg.n_eval, max(FACTORS) * train_len + 1,
                               torch.Generator().manual_seed(seed + 7))
 models, nlls, curves, train_losses = {}, {}, {}, {}
-bar = icmlbook.progress(RUNS, desc="models")
-for pe, rule in bar:
-    key = (pe, rule)
-    models[key], train_losses[key] = train_model(
-        pe,
-        train_text,
-        train_len=train_len,
-        steps=cfg.steps,
-        batch=cfg.batch,
-        seed=seed,
-        rule=rule,
-        chunk_len=chunk_len,
-        alibi_scale=alibi_scale,
-    )
-    eval_pos = positions_for(pe, train_len, rule, chunk_len=chunk_len,
-                             generator=torch.Generator().manual_seed(seed + 11))
-    nlls[key] = token_nll(models[key], eval_windows, eval_pos)
-    curves[key] = nlls[key].mean(0).numpy()
-    bar.set_postfix(loss=round(float(np.mean(train_losses[key][-20:])), 3))
+
+
+def fit_and_read(runs):
+    """Train each (variant, segmentation) of ``runs``, read it on the test windows."""
+    bar = icmlbook.progress(runs, desc="models")
+    for pe, rule in bar:
+        key = (pe, rule)
+        models[key], train_losses[key] = train_model(
+            pe, train_text, train_len=train_len, steps=cfg.steps, batch=cfg.batch,
+            seed=seed, rule=rule, chunk_len=chunk_len, alibi_scale=alibi_scale)
+        eval_pos = positions_for(pe, train_len, rule, chunk_len=chunk_len,
+                                 generator=torch.Generator().manual_seed(seed + 11))
+        nlls[key] = token_nll(models[key], eval_windows, eval_pos)
+        curves[key] = nlls[key].mean(0).numpy()
+        bar.set_postfix(loss=round(float(np.mean(train_losses[key][-20:])), 3))
+
+
+# %%
+fit_and_read([("sinusoidal", "sentences"), ("RoPE", "sentences"),
+              ("ALiBi", "sentences")])
+
+# %%
+fit_and_read([("BiPE-RoPE", "sentences"), ("BiPE-ALiBi", "sentences"),
+              ("intra only", "sentences")])
+
+# %%
+fit_and_read([("BiPE-RoPE", "chunks"), ("BiPE-RoPE", "random")])
+RUNS = list(models)
 reports = {key: length_report(c, train_len) for key, c in curves.items()}
 
 # %% [markdown]
@@ -574,9 +581,9 @@ for (pe, rule), rep in reports.items():
 # older ones.
 
 # %%
-def attention_by_segment(model, windows, positions, queries):
-    """Mean attention mass of the queries on their own, the previous and older segments.
-    """
+def attention_by_segment(model, windows, positions, regions):
+    """Mean attention mass of the queries of each region on their own, the previous
+    and older segments: {region: [own, previous, older]}."""
     model.keep_attention()
     with torch.no_grad():
         model(windows, **(positions(windows) if positions is not None else {}))
@@ -584,9 +591,10 @@ def attention_by_segment(model, windows, positions, queries):
     att = torch.stack([b.attn.last_attn for b in model.blocks]).mean((0, 2))
     model.keep_attention(False)
     _, seg = bilevel_ids(segment_ends(windows), max_intra=1)
-    dist = (seg[:, :, None] - seg[:, None, :])[:, queries]
-    att = att[:, queries]
-    return [float((att * m).sum(-1).mean()) for m in (dist == 0, dist == 1, dist >= 2)]
+    dist = seg[:, :, None] - seg[:, None, :]
+    return {name: [float((att[:, q] * m).sum(-1).mean())
+                   for m in (dist[:, q] == 0, dist[:, q] == 1, dist[:, q] >= 2)]
+            for name, q in regions.items()}
 
 
 inputs = eval_windows[:, :-1]
@@ -604,10 +612,11 @@ print(
 split = {}
 for pe in ("RoPE", "BiPE-RoPE", "ALiBi", "BiPE-ALiBi", "intra only"):
     nll = nlls[(pe, "sentences")]
+    mass = attention_by_segment(models[(pe, "sentences")], inputs[:8],
+                                positions_for(pe, train_len), regions)
     for region, r in regions.items():
         subj, other = nll[:, r][subject[:, r]].mean(), nll[:, r][~subject[:, r]].mean()
-        own, prev, older = attention_by_segment(models[(pe, "sentences")], inputs[:8],
-                                                positions_for(pe, train_len), r)
+        own, prev, older = mass[region]
         split[(pe, region)] = (float(subj), float(other))
         print(
             f"{pe:<12}{region:>9} | {subj:8.3f} {other:7.3f} | {'':>13} {own:5.2f} "
