@@ -198,6 +198,8 @@ def trained():
         nll = ch.token_nll(m, windows, eval_pos)
         out[name] = ch.length_report(nll.mean(0).numpy(), L)
         out[name]["split"] = split_report(nll, windows[:, :-1])
+        print(name, {k: round(v, 3) for k, v in out[name].items() if k != "split"},
+              out[name]["split"])  # shown with pytest -s
     return out
 
 
