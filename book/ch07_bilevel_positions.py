@@ -758,7 +758,7 @@ C_SEGMENTS = 1.5
 # BiPE-ALiBi - ALiBi, nats (all 8x tokens; in-dist); trials: far(8x) up to +0.04,
 # seed 0: -0.02 on both; seeds 0-5: -0.02-0.03
 C_VS_ALIBI = 0.05
-C_ROPE_BLOWUP = 3.0  # far(8x) / in-dist of flat RoPE; trials 4.9-6.0; seeds 0-5: 4.9-6.0
+C_ROPE_BLOWUP = 3.0  # far(8x) / in-dist of flat RoPE; trials 4.9-6.0; seeds 0-5 too
 # in-dist(sinusoidal) - in-dist(RoPE), nats: the baseline fits the training length;
 # seed 0: 0.001 at its own learning rate (0.18 at RoPE's); seeds 0-5: -0.03-0.02
 C_FAIR_SIN = 0.05
