@@ -41,6 +41,18 @@
 # it is built on, at no in-distribution cost. We train a tiny character-level
 # transformer on 64-character windows of a toy language of short chained sentences and
 # evaluate it on 1–8× that length, against sinusoidal, RoPE and ALiBi baselines.
+#
+# **What this book adds or changes.** The data is our own toy language, not the Pile;
+# BiPE-ALiBi's slopes are multiplied by 12, not the official code's 96; the
+# sinusoidal baseline scales its token embeddings as Vaswani et al. do and gets its own
+# learning rate, so that it fits the training length as well as the others. We add two
+# ablations (segments that ignore the sentences) and a split of the loss into the one
+# letter that needs the previous sentence and all others. That split tells which half
+# of BiPE carries the result here: the intra-segment table extrapolates, the RoPE on
+# segment indices does not. At $8\times$ BiPE-RoPE guesses the letter that needs the
+# previous sentence no better than blindly, just as flat RoPE does; it keeps everything
+# inside a sentence, and RoPE does not. The paper's claim reproduces through its first
+# half only.
 
 # %% tags=["parameters"]
 tier = "default"  # smoke | default | full: size of the experiment
@@ -93,6 +105,9 @@ cfg = run.pick(
 )
 D_MODEL, N_LAYERS, N_HEADS = 48, 2, 4  # the tiny transformer of every variant
 LR = 3e-3  # AdamW learning rate (cosine decay, clip 1.0: icmlbook.tinygpt.fit_lm)
+# the sinusoidal model's own rate: the best in-distribution loss of 1e-3, 3e-3, 6e-3 and
+# 1e-2 (seed 0); at 3e-3 it fits the training length worse than every other encoding
+LR_OF = {"sinusoidal": 1e-2}
 FACTORS = (1, 2, 4, 8)  # evaluation lengths, in multiples of train_len
 FAR = 64  # "far" positions: the last 64 of a window
 print(
@@ -142,7 +157,10 @@ print(
 #
 # **Baselines** are the flat versions: RoPE and ALiBi with $\mathrm{seg}_t$ replaced by
 # $t$ in Eqs. 3–4 ($c = 1$, the standard slopes) and no absolute table; and the
-# sinusoidal absolute encoding $h^0_t = E_\text{tok}[x_t] + \mathrm{PE}_\text{sin}(t)$.
+# sinusoidal absolute encoding of the original Transformer,
+# $h^0_t = \sqrt d\, E_\text{tok}[x_t] + \mathrm{PE}_\text{sin}(t)$, whose token
+# embeddings are scaled by $\sqrt d$ (Vaswani et al., Sec. 3.4; drawn at standard
+# deviation $d^{-1/2}$) so that they are as large as the unit-amplitude sinusoids.
 #
 # **Measurement.** A causal model's prediction at position $t$ depends only on
 # $x_{\le t}$, and so do the ids of Eq. 1. One pass over a window of $8L$ tokens
@@ -273,15 +291,20 @@ intra, seg = bilevel_ids(ends, max_intra=train_len)
 print("tokens:", list("ab.cdoe"))
 print("seg:   ", seg[0].tolist(), "  (Eq. 1 says 0,0,0,1,1,1,2)")
 print("intra: ", intra[0].tolist(), "  (Eq. 1 says 0,1,2,0,1,2,0)")
+example_mismatch = int((seg[0] != torch.tensor([0, 0, 0, 1, 1, 1, 2])).sum()
+                       + (intra[0] != torch.tensor([0, 1, 2, 0, 1, 2, 0])).sum())
 
 # %% [markdown]
-# ### Five position encodings on one transformer (Eqs. 2–4)
+# ### Six position encodings on one transformer (Eqs. 2–4)
 #
 # `TinyGPT` adds a learned table at `abs_pos` (Eq. 2; ids past its $L$ rows are clamped
 # to the last one) and applies RoPE or ALiBi at `rel_pos` (Eqs. 3–4; see
 # `icmlbook/tinygpt.py`, `rope` and `Attention.forward`). A flat model uses the default
 # ids $0, 1, \dots, T-1$; BiPE feeds `abs_pos = intra` and `rel_pos = seg`. That is the
-# whole method.
+# whole method. Besides the four of the paper's kind (two flat, two bilevel) and the
+# sinusoidal baseline, "intra only" is BiPE without its inter-segment half: the intra
+# table of Eq. 2 and nothing else, so that each half of BiPE can be tested against the
+# model that lacks it.
 
 # %%
 VARIANTS = {  # name: (absolute encoding, relative encoding, bilevel ids?)
@@ -290,9 +313,12 @@ VARIANTS = {  # name: (absolute encoding, relative encoding, bilevel ids?)
     "ALiBi": (None, "alibi", False),
     "BiPE-RoPE": ("learned", "rope", True),  # Eqs. 1-3
     "BiPE-ALiBi": ("learned", "alibi", True),  # Eqs. 1, 2, 4
+    # BiPE without its inter-segment half: Eqs. 1-2 only, no RoPE/ALiBi at all
+    "intra only": ("learned", None, True),
 }
 # one colour per encoding in every figure (BiPE-RoPE's segmentations vary the line)
-STYLE = icmlbook.method_styles("BiPE-RoPE", "RoPE", "ALiBi", "BiPE-ALiBi", "sinusoidal")
+STYLE = icmlbook.method_styles("BiPE-RoPE", "RoPE", "ALiBi", "BiPE-ALiBi", "sinusoidal",
+                               "intra only")
 
 
 def make_model(pe, train_len, alibi_scale=12.0):
@@ -338,23 +364,27 @@ def positions_for(pe, train_len, rule="sentences", *, chunk_len=18, generator=No
 # %%
 torch.manual_seed(seed)
 probe = sample_windows(test_text, 2, 3 * train_len, torch.Generator().manual_seed(seed))
+shift_change = {}
 for pe in ("BiPE-RoPE", "BiPE-ALiBi"):
     model = make_model(pe, train_len, alibi_scale).eval()
     pos = positions_for(pe, train_len)(probe)
     with torch.no_grad():
         a = model(probe, **pos)
         b = model(probe, abs_pos=pos["abs_pos"], rel_pos=pos["rel_pos"] + 1000)
+    shift_change[pe] = (a - b).abs().max().item()
     print(
         f"{pe}: max |logit change| when every segment index moves by 1000: "
-        f"{(a - b).abs().max().item():.1e}"
+        f"{shift_change[pe]:.1e}"
     )
 
 # %% [markdown]
 # ### Training and the per-position loss (Eq. 5)
 #
-# Every variant gets the same data, the same seed, the same 300 AdamW steps of
-# 16 windows of $L + 1$ characters (cosine-decayed learning rate, the library's
-# `fit_lm`). The random-boundary ablation draws fresh boundaries for every batch.
+# Every variant gets the same data, the same seed and the same number of AdamW steps on
+# batches of windows of $L + 1$ characters (cosine-decayed learning rate, the library's
+# `fit_lm`). All use the learning rate `LR` except the sinusoidal model, which fits
+# the training length only at a larger one (`LR_OF`). The random-boundary ablation
+# draws fresh boundaries for every batch.
 
 # %%
 def train_model(
@@ -368,14 +398,15 @@ def train_model(
     rule="sentences",
     chunk_len=18,
     alibi_scale=12.0,
-    lr=LR,
+    lr=None,
     positions=None,
     model=None,
 ):
     """Train one variant on next-character prediction; returns (model, losses).
 
     ``positions``/``model`` override the variant's own (the tests use them to break
-    things)."""
+    things); ``lr`` defaults to the variant's rate."""
+    lr = LR_OF.get(pe, LR) if lr is None else lr
     torch.manual_seed(seed)
     model = make_model(pe, train_len, alibi_scale) if model is None else model
     if positions is None:
@@ -431,37 +462,44 @@ def length_report(curve, train_len, factors=FACTORS, far=FAR):
 # %% [markdown]
 # ## The experiment
 #
-# Five encodings on sentence segments, plus BiPE-RoPE trained and evaluated with the two
-# meaningless segmentations. Each model is then read on the same $8L$-character test
-# windows (random starting points in a held-out text).
+# Six encodings on sentence segments, plus BiPE-RoPE trained and evaluated with the two
+# meaningless segmentations. Each model is read on the same $8L$-character test
+# windows (random starting points in a held-out text). `fit_and_read` trains one
+# variant and keeps its per-token loss; the three cells below train the flat
+# encodings, the bilevel ones, and the segmentation ablations.
 
 # %%
-RUNS = [(pe, "sentences") for pe in VARIANTS] + [
-    ("BiPE-RoPE", "chunks"),
-    ("BiPE-RoPE", "random"),
-]
 eval_windows = sample_windows(test_text, cfg.n_eval, max(FACTORS) * train_len + 1,
                               torch.Generator().manual_seed(seed + 7))
 models, nlls, curves, train_losses = {}, {}, {}, {}
-bar = icmlbook.progress(RUNS, desc="models")
-for pe, rule in bar:
-    key = (pe, rule)
-    models[key], train_losses[key] = train_model(
-        pe,
-        train_text,
-        train_len=train_len,
-        steps=cfg.steps,
-        batch=cfg.batch,
-        seed=seed,
-        rule=rule,
-        chunk_len=chunk_len,
-        alibi_scale=alibi_scale,
-    )
-    eval_pos = positions_for(pe, train_len, rule, chunk_len=chunk_len,
-                             generator=torch.Generator().manual_seed(seed + 11))
-    nlls[key] = token_nll(models[key], eval_windows, eval_pos)
-    curves[key] = nlls[key].mean(0).numpy()
-    bar.set_postfix(loss=round(float(np.mean(train_losses[key][-20:])), 3))
+
+
+def fit_and_read(runs):
+    """Train each (variant, segmentation) of ``runs``, read it on the test windows."""
+    bar = icmlbook.progress(runs, desc="models")
+    for pe, rule in bar:
+        key = (pe, rule)
+        models[key], train_losses[key] = train_model(
+            pe, train_text, train_len=train_len, steps=cfg.steps, batch=cfg.batch,
+            seed=seed, rule=rule, chunk_len=chunk_len, alibi_scale=alibi_scale)
+        eval_pos = positions_for(pe, train_len, rule, chunk_len=chunk_len,
+                                 generator=torch.Generator().manual_seed(seed + 11))
+        nlls[key] = token_nll(models[key], eval_windows, eval_pos)
+        curves[key] = nlls[key].mean(0).numpy()
+        bar.set_postfix(loss=round(float(np.mean(train_losses[key][-20:])), 3))
+
+
+# %%
+fit_and_read([("sinusoidal", "sentences"), ("RoPE", "sentences"),
+              ("ALiBi", "sentences")])
+
+# %%
+fit_and_read([("BiPE-RoPE", "sentences"), ("BiPE-ALiBi", "sentences"),
+              ("intra only", "sentences")])
+
+# %%
+fit_and_read([("BiPE-RoPE", "chunks"), ("BiPE-RoPE", "random")])
+RUNS = list(models)
 reports = {key: length_report(c, train_len) for key, c in curves.items()}
 
 # %% [markdown]
@@ -483,7 +521,7 @@ def log_loss_axis(ax):
 
 fig, axes = plt.subplots(1, 2, figsize=(9, 3), sharey=True)
 for pe in VARIANTS:
-    ax = axes[0] if pe in ("sinusoidal", "RoPE", "BiPE-RoPE") else axes[1]
+    ax = axes[1] if "ALiBi" in pe else axes[0]
     ax.plot(smooth(curves[(pe, "sentences")]), lw=1.2, **STYLE[pe])
 for ax, title in zip(axes, ("absolute and rotary", "linear biases (ALiBi)")):
     for k in (1, 2, 4):
@@ -519,14 +557,17 @@ for (pe, rule), rep in reports.items():
     run.metric(f"{pe} {rule}", {k: round(v, 4) for k, v in rep.items()})
 
 # %% [markdown]
-# Three things to read off. RoPE and the sinusoidal encoding leave their training range
-# badly: the sinusoidal model at once, RoPE progressively, as the unseen rotation angles
-# of longer distances take over. BiPE-RoPE uses the same rotations, but on segment
-# indices, and its far loss grows far more slowly: a longer text has more sentences,
-# not longer ones. It is not flat at $8\times$ though: at $8L$ the segment distances (about
-# 30) are also unseen (training windows hold about 4 sentences), and the loss creeps up.
-# ALiBi is already flat on this toy, whose dependencies reach at most one sentence back,
-# and BiPE-ALiBi is flat too.
+# Four things to read off. In distribution every encoding fits about equally well (the
+# sinusoidal one at its own learning rate). RoPE and the sinusoidal encoding leave
+# their training range badly: the sinusoidal model at once, since its input at an
+# unseen position is one the network never read, RoPE progressively, as the unseen
+# rotation angles of longer distances take over. BiPE-RoPE uses the same rotations,
+# but on segment indices, and its far loss grows far more slowly: a longer text has more
+# sentences, not longer ones. It is not flat at $8\times$ though: at $8L$ the segment
+# distances (about 30) are also unseen (training windows hold about 4 sentences), and
+# the loss creeps up, to about where "intra only", which has no inter-segment encoding
+# at all, ends. ALiBi is already flat on this toy, whose dependencies reach at most one
+# sentence back, and BiPE-ALiBi is flat too.
 
 # %% [markdown]
 # ### What gets harder far out?
@@ -540,9 +581,9 @@ for (pe, rule), rep in reports.items():
 # older ones.
 
 # %%
-def attention_by_segment(model, windows, positions, queries):
-    """Mean attention mass of the queries on their own, the previous and older segments.
-    """
+def attention_by_segment(model, windows, positions, regions):
+    """Mean attention mass of the queries of each region on their own, the previous
+    and older segments: {region: [own, previous, older]}."""
     model.keep_attention()
     with torch.no_grad():
         model(windows, **(positions(windows) if positions is not None else {}))
@@ -550,9 +591,10 @@ def attention_by_segment(model, windows, positions, queries):
     att = torch.stack([b.attn.last_attn for b in model.blocks]).mean((0, 2))
     model.keep_attention(False)
     _, seg = bilevel_ids(segment_ends(windows), max_intra=1)
-    dist = (seg[:, :, None] - seg[:, None, :])[:, queries]
-    att = att[:, queries]
-    return [float((att * m).sum(-1).mean()) for m in (dist == 0, dist == 1, dist >= 2)]
+    dist = seg[:, :, None] - seg[:, None, :]
+    return {name: [float((att[:, q] * m).sum(-1).mean())
+                   for m in (dist[:, q] == 0, dist[:, q] == 1, dist[:, q] >= 2)]
+            for name, q in regions.items()}
 
 
 inputs = eval_windows[:, :-1]
@@ -560,18 +602,21 @@ T8 = inputs.shape[1]
 # the target x_{t+1} starts a subject
 subject = torch.zeros_like(inputs, dtype=torch.bool)
 subject[:, 1:] = (inputs[:, 1:] == TOK.id(" ")) & (inputs[:, :-1] == SEP_ID)
-regions = {"in-dist": slice(0, train_len), "far 8x": slice(T8 - FAR, T8)}
+regions = {"in-dist": slice(0, train_len), "far 2x": slice(2 * train_len - FAR,
+                                                         2 * train_len),
+           "far 8x": slice(T8 - FAR, T8)}
 print(
     f"{'model':<12}{'region':>9} | {'subject':>8} {'others':>7} | attention on: "
     f"{'own':>5} {'prev':>5} {'older':>5}"
 )
 split = {}
-for pe in ("RoPE", "BiPE-RoPE", "ALiBi", "BiPE-ALiBi"):
+for pe in ("RoPE", "BiPE-RoPE", "ALiBi", "BiPE-ALiBi", "intra only"):
     nll = nlls[(pe, "sentences")]
+    mass = attention_by_segment(models[(pe, "sentences")], inputs[:8],
+                                positions_for(pe, train_len), regions)
     for region, r in regions.items():
         subj, other = nll[:, r][subject[:, r]].mean(), nll[:, r][~subject[:, r]].mean()
-        own, prev, older = attention_by_segment(models[(pe, "sentences")], inputs[:8],
-                                                positions_for(pe, train_len), r)
+        own, prev, older = mass[region]
         split[(pe, region)] = (float(subj), float(other))
         print(
             f"{pe:<12}{region:>9} | {subj:8.3f} {other:7.3f} | {'':>13} {own:5.2f} "
@@ -586,7 +631,7 @@ run.metric(
 )
 
 fig, axes = plt.subplots(1, 2, figsize=(8, 2.8), sharey=True)
-names = ["RoPE", "BiPE-RoPE", "ALiBi", "BiPE-ALiBi"]
+names = ["RoPE", "BiPE-RoPE", "ALiBi", "BiPE-ALiBi", "intra only"]
 x = np.arange(len(names))
 colours = [STYLE[pe]["color"] for pe in names]
 for ax, (region, title) in zip(axes, (("in-dist", "in distribution (t < L)"),
@@ -613,18 +658,19 @@ axes[0].legend(
 plt.show()
 
 # %% [markdown]
-# The split shows where BiPE-RoPE's advantage comes from on this toy (seed 0; seeds 1–4
-# look the same: BiPE-RoPE's far subject loss is 2.1–3.0 nats, its other letters
-# 0.56–0.67, RoPE's other letters 2.2–2.4). At $8\times$ **both** rotary models lose the
-# cross-sentence lookup: the subject letter costs $\ln 8$ or more, no better than a
-# blind guess, and their attention spreads over older sentences. What BiPE-RoPE keeps is everything *inside* a sentence,
-# because every token's intra position is one it was trained on; RoPE loses that too.
-# So here the intra-segment half of BiPE extrapolates and the inter-segment half does
-# not: at $8L$ the segment distances (about 30) are as unseen by BiPE-RoPE's rotations
-# as token distances are by RoPE's. The ALiBi models keep the lookup at every length,
-# because their linear penalty makes distant sentences irrelevant whatever their
-# distance. (In distribution the subject costs more than far out because the first
-# subject of a window often has no previous sentence in view.)
+# The split shows where BiPE-RoPE's advantage comes from on this toy (the "Across
+# seeds" table below shows that it is the same on every seed). At $8\times$ **both**
+# rotary models lose the cross-sentence lookup: the subject letter costs about
+# $\ln 8$ or more, no better than a blind guess, and their attention spreads over
+# older sentences. What BiPE-RoPE keeps is everything *inside* a sentence, because
+# every token's intra position is one it was trained on; RoPE loses that too. So here
+# the intra-segment half of BiPE extrapolates and the inter-segment half does not: at
+# $8L$ the segment distances (about 30) are as unseen by BiPE-RoPE's rotations as token
+# distances are by RoPE's. At $2\times$ the segment distances are only twice those of
+# training and the lookup partly survives. The ALiBi models keep the lookup at every
+# length, because their linear penalty makes distant sentences irrelevant whatever
+# their distance. (In distribution the subject costs more than far out because the
+# first subject of a window often has no previous sentence in view.)
 #
 # ### Do the segments have to mean something?
 #
@@ -653,108 +699,167 @@ plt.show()
 # sentence". The gain comes from segments aligned with the structure of the text.
 
 # %% [markdown]
-# ## Claim checks
+# ## Claims
 #
-# Thresholds were fixed before the chapter's runs, for the default tier, from trial
-# runs of this experiment on seeds 0–4. Against the bars we first planned: the
-# extrapolation ratio is tightened from 0.7 to 0.5 (trials 0.26–0.37), the $2\times$
-# flatness bar loosened from 1.15 to 1.2 (trials up to 1.12), the in-distribution check
-# is one-sided (a cost, not a difference), and "BiPE-ALiBi within 0.02 of ALiBi at
-# $8\times$" became a flatness check, because the trials had BiPE-ALiBi 0.02–0.04 above
-# ALiBi in three of five seeds.
-# "far $k\times$" is Eq. 5's loss on the last 64 positions of a window $kL$ long.
+# Paper claims first, each against an ablation (the same transformer with one piece of
+# BiPE removed) or a baseline; then checks, which must hold if the code is right but
+# are no evidence for the paper. "far $k\times$" is Eq. 5's loss on the last 64
+# positions of a window $kL$ long; "subject letters" are the characters that need the
+# previous sentence, "other letters" all the rest (the split above).
 #
-# 1. **RoPE explodes:** far $8\times$ of RoPE is at least 3 times its in-distribution loss.
-# 2. **BiPE-RoPE extrapolates:** its far loss is at most half of RoPE's, at $4\times$ and
-#    at $8\times$.
-# 3. **Near-flat at $2\times$:** BiPE-RoPE's far $2\times$ loss is at most 1.2 times its
-#    in-distribution loss.
-# 4. **No in-distribution cost:** BiPE-RoPE's in-distribution loss is at most 0.05
-#    nats above RoPE's, and BiPE-ALiBi's at most 0.05 above ALiBi's.
-# 5. **BiPE-ALiBi stays flat:** far $8\times$ of BiPE-ALiBi is at most its in-distribution
-#    loss + 0.05. (We do *not* claim it beats ALiBi: on this toy ALiBi is flat too.)
-# 6. **Meaningful segments:** BiPE-RoPE with fixed chunks or random boundaries has a far
-#    $8\times$ loss at least 1.5 times that of BiPE-RoPE with sentences.
+# - **BiPE against flat RoPE** (its ablation: the bilevel ids removed). BiPE-RoPE's far
+#   loss is at most `C_VS_FLAT` of RoPE's, at $4\times$ and at $8\times$, and its
+#   in-distribution loss at most `C_INDIST_COST` nats above RoPE's.
+# - **The intra-segment half carries the result.** At $8\times$, BiPE-RoPE's loss on the
+#   other letters is at most `C_INTRA_HALF` of RoPE's.
+# - **The inter-segment half, where it works.** At $2\times$, BiPE-RoPE's subject-letter
+#   loss is at most `C_INTER_2X` of that of BiPE without its inter-segment half ("intra
+#   only": Eqs. 1–2, no RoPE at all); with ALiBi on segment indices, at $8\times$, at
+#   most `C_INTER_ALIBI` of it.
+# - **The segments must mean something.** BiPE-RoPE with fixed chunks or random
+#   boundaries has a far $8\times$ loss at least `C_SEGMENTS` times that with sentences.
+# - **Against the baselines.** ALiBi is the strongest flat encoding on this toy (it is
+#   flat to $8\times$). BiPE-ALiBi's loss over all $8L$ tokens, and in distribution, is at
+#   most `C_VS_ALIBI` nats above ALiBi's; we do not claim that it beats ALiBi. The
+#   tuned sinusoidal encoding, the paper's absolute baseline: BiPE-RoPE's far
+#   $8\times$ loss is at most `C_VS_FLAT` of its loss.
+#
+# **Not reproduced: the inter-segment RoPE at $8\times$.** The paper's argument is that
+# relative encoding on segment indices extrapolates because segment distances grow
+# slowly. Here they still grow to about eight times those of training, and at $8\times$
+# BiPE-RoPE's subject-letter loss is near $\ln 8$ (a blind guess) and its far loss is no
+# lower than that of "intra only", which has no inter-segment encoding at all. Both
+# numbers are printed and recorded below, not claimed. Changed after a failure: an
+# earlier version claimed that BiPE-RoPE's whole far $2\times$ loss is at most 1.2 times
+# its in-distribution loss (a bar loosened from 1.15), and one of seeds 5–9 measured
+# 1.19. That ratio mixes the two halves, which the split shows behave differently, so
+# it is now reported and the claims are on each half separately.
+#
+# Thresholds were set from runs on seeds 0–4 of the earlier version of this experiment
+# (the RoPE, BiPE and ALiBi models are unchanged since) and, for the "intra only" and the
+# sinusoidal comparisons, from seed 0; each comment says what was measured. The
+# inter-segment claim at $2\times$ has the thinnest margin: how much of the previous
+# sentence survives at twice the training length varies from seed to seed.
+
+# %% tags=["thresholds"]
+# far(k) of BiPE-RoPE / far(k) of RoPE (and / sinusoidal at 8x); trials 0.24-0.37;
+# seeds 0-9: 0.24-0.37 (4x), 0.24-0.33 (8x), 0.23-0.28 (sinusoidal)
+C_VS_FLAT = 0.5
+# in-dist(BiPE-RoPE) - in-dist(RoPE), nats; seed 0: -0.02; seeds 0-9: -0.04-0.005
+C_INDIST_COST = 0.05
+# other letters, far(8x), BiPE-RoPE / RoPE; trials 0.22-0.30; seeds 0-9: 0.22-0.29
+C_INTRA_HALF = 0.5
+# subject letters, far(2x), BiPE-RoPE / intra only; seed 0: 0.43; seeds 0-9: 0.19-0.61
+C_INTER_2X = 0.7
+# subject letters, far(8x), BiPE-ALiBi / intra only; seed 0: 0.16; seeds 0-9: 0.03-0.32
+C_INTER_ALIBI = 0.5
+# far(8x) of a meaningless segmentation / sentences; seed 0: 2.4; seeds 0-9: 1.7-2.4
+C_SEGMENTS = 1.5
+# BiPE-ALiBi - ALiBi, nats (all 8x tokens; in-dist); trials: far(8x) up to +0.04,
+# seed 0: -0.02 on both; seeds 0-9: -0.02-0.03
+C_VS_ALIBI = 0.05
+C_ROPE_BLOWUP = 3.0  # far(8x) / in-dist of flat RoPE; trials 4.9-6.0; seeds 0-9 too
+# in-dist(sinusoidal) - in-dist(RoPE), nats: the baseline fits the training length;
+# seed 0: 0.001 at its own learning rate (0.18 at RoPE's); seeds 0-9: -0.03-0.03
+C_FAIR_SIN = 0.05
+C_SHIFT = 1e-4  # max |logit change| when all segment ids move by 1000 (float32)
+C_IDS = 0  # ids of the example of Eq. 1 that differ from the hand-computed ones
+C_TABLE = 0  # |params(BiPE) - params(RoPE) - L d|: the intra table, by construction
 
 # %%
-C1_ROPE_BLOWUP = 3.0  # far(8x) / in-dist of RoPE, at least
-C2_BIPE_OVER_ROPE = 0.5  # far(k) of BiPE-RoPE / far(k) of RoPE, at most (k = 4, 8)
-C3_FLAT_2X = 1.2  # far(2x) / in-dist of BiPE-RoPE, at most
-C4_INDIST_COST = 0.05  # in-dist(BiPE) - in-dist(flat), nats, at most
-C5_ALIBI_FLAT = 0.05  # far(8x) - in-dist of BiPE-ALiBi, nats, at most
-C6_SEGMENTS = 1.5  # far(8x) of a meaningless segmentation / sentences, at least
-
-rope, bipe = reports[("RoPE", "sentences")], reports[("BiPE-RoPE", "sentences")]
-alibi, bipe_alibi = (
-    reports[("ALiBi", "sentences")],
-    reports[("BiPE-ALiBi", "sentences")],
-)
-run.claim(
-    "RoPE far(8x) / in-dist",
-    rope["far 8x"] / rope["in-dist"],
-    ">=",
-    C1_ROPE_BLOWUP,
-    "a flat RoPE model's loss explodes on positions past its training length",
-)
+rep = {pe: reports[(pe, "sentences")] for pe in VARIANTS}
+bipe, rope = rep["BiPE-RoPE"], rep["RoPE"]
 for k in (4, 8):
-    run.claim(
-        f"BiPE-RoPE / RoPE far({k}x)",
-        bipe[f"far {k}x"] / rope[f"far {k}x"],
-        "<=",
-        C2_BIPE_OVER_ROPE,
-        f"BiPE-RoPE's loss at {k}x the training length is far below RoPE's",
-    )
-run.claim(
-    "BiPE-RoPE far(2x) / in-dist",
-    bipe["far 2x"] / bipe["in-dist"],
-    "<=",
-    C3_FLAT_2X,
-    "BiPE-RoPE is nearly flat at twice the training length",
-)
+    run.claim(f"BiPE-RoPE / RoPE far({k}x)", bipe[f"far {k}x"] / rope[f"far {k}x"],
+              "<=", C_VS_FLAT,
+              f"BiPE-RoPE's loss at {k}x the training length is far below RoPE's",
+              versus="ablation", against="RoPE: the same model with flat position ids")
 run.claim("in-dist cost BiPE-RoPE - RoPE", bipe["in-dist"] - rope["in-dist"], "<=",
-          C4_INDIST_COST, "BiPE-RoPE costs nothing in distribution")
-run.claim(
-    "in-dist cost BiPE-ALiBi - ALiBi",
-    bipe_alibi["in-dist"] - alibi["in-dist"],
-    "<=",
-    C4_INDIST_COST,
-    "BiPE-ALiBi costs nothing in distribution",
-)
-run.claim(
-    "BiPE-ALiBi far(8x) - in-dist",
-    bipe_alibi["far 8x"] - bipe_alibi["in-dist"],
-    "<=",
-    C5_ALIBI_FLAT,
-    "BiPE-ALiBi stays flat at 8x the training length",
-)
+          C_INDIST_COST, "BiPE-RoPE costs nothing in distribution", versus="ablation",
+          against="RoPE: the same model with flat position ids")
+run.claim("other letters far(8x): BiPE-RoPE / RoPE",
+          split[("BiPE-RoPE", "far 8x")][1] / split[("RoPE", "far 8x")][1], "<=",
+          C_INTRA_HALF,
+          "inside a sentence BiPE-RoPE keeps its loss at 8x; RoPE does not",
+          versus="ablation", against="RoPE: the same model with flat position ids")
+run.claim("subject letters far(2x): BiPE-RoPE / intra only",
+          split[("BiPE-RoPE", "far 2x")][0] / split[("intra only", "far 2x")][0], "<=",
+          C_INTER_2X,
+          "at 2x, RoPE on segment indices still finds the previous sentence",
+          versus="ablation", against="BiPE without its inter-segment encoding")
+run.claim("subject letters far(8x): BiPE-ALiBi / intra only",
+          split[("BiPE-ALiBi", "far 8x")][0] / split[("intra only", "far 8x")][0], "<=",
+          C_INTER_ALIBI, "ALiBi on segment indices finds the previous sentence at 8x",
+          versus="ablation", against="BiPE without its inter-segment encoding")
 worst_ablation = min(reports[("BiPE-RoPE", r)]["far 8x"] for r in ("chunks", "random"))
-run.claim(
-    "meaningless segments / sentences far(8x)",
-    worst_ablation / bipe["far 8x"],
-    ">=",
-    C6_SEGMENTS,
-    "BiPE needs segments that follow the text's structure",
-)
-run.metric("BiPE-ALiBi - ALiBi far(8x)", bipe_alibi["far 8x"] - alibi["far 8x"])
-run.metric("sinusoidal far(2x) / in-dist",
-           reports[("sinusoidal", "sentences")]["far 2x"]
-           / reports[("sinusoidal", "sentences")]["in-dist"]);
+run.claim("meaningless segments / sentences far(8x)", worst_ablation / bipe["far 8x"],
+          ">=", C_SEGMENTS, "BiPE needs segments that follow the text's structure",
+          versus="ablation", against="BiPE-RoPE on fixed chunks or random boundaries")
+run.claim("BiPE-ALiBi - ALiBi, all 8x tokens",
+          rep["BiPE-ALiBi"]["all 8x"] - rep["ALiBi"]["all 8x"], "<=", C_VS_ALIBI,
+          "BiPE-ALiBi is as good as ALiBi over 8x the training length",
+          versus="baseline", against="ALiBi, the strongest flat encoding on this toy")
+run.claim("in-dist BiPE-ALiBi - ALiBi", rep["BiPE-ALiBi"]["in-dist"] - rep["ALiBi"][
+          "in-dist"], "<=", C_VS_ALIBI, "BiPE-ALiBi costs nothing in distribution",
+          versus="baseline", against="ALiBi, the strongest flat encoding on this toy")
+run.claim("BiPE-RoPE / sinusoidal far(8x)",
+          bipe["far 8x"] / rep["sinusoidal"]["far 8x"], "<=", C_VS_FLAT,
+          "BiPE-RoPE extrapolates far better than sinusoids",
+          versus="baseline", against="sinusoidal APE, sqrt(d)-scaled tokens, own rate")
+run.check("RoPE far(8x) / in-dist", rope["far 8x"] / rope["in-dist"], ">=",
+          C_ROPE_BLOWUP, "the toy exposes flat RoPE's failure past its training length")
+run.check("in-dist sinusoidal - RoPE", rep["sinusoidal"]["in-dist"] - rope["in-dist"],
+          "<=", C_FAIR_SIN, "the sinusoidal baseline fits the training length")
+for pe, change in shift_change.items():
+    run.check(f"{pe}: logit change under a segment shift", change, "<=", C_SHIFT,
+              "Eqs. 3-4 see segment differences only")
+run.check("ids of the Eq. 1 example that differ", example_mismatch, "<=", C_IDS,
+          "seg and intra of 'a b . c d \\n e'")
+table = models[("BiPE-RoPE", "sentences")].n_params() - models[("RoPE", "sentences")
+                                                              ].n_params()
+run.check("|extra params - L d|", abs(table - train_len * D_MODEL), "<=", C_TABLE,
+          "BiPE adds only the intra table")
+
+# reported, not claimed: the inter-segment RoPE at 8x
+reported = {
+    "subject letters far(8x) BiPE-RoPE - ln 8": split[("BiPE-RoPE", "far 8x")][0]
+    - np.log(8),
+    "far(8x) BiPE-RoPE / intra only": bipe["far 8x"] / rep["intra only"]["far 8x"],
+    "far(2x) / in-dist BiPE-RoPE": bipe["far 2x"] / bipe["in-dist"],
+    "far(8x) BiPE-ALiBi - ALiBi": rep["BiPE-ALiBi"]["far 8x"] - rep["ALiBi"]["far 8x"],
+}
+for name, value in reported.items():
+    run.metric(name, value)
+    print(f"reported, not claimed: {name} = {value:.3f}")
 
 # %%
 # NBVAL_CHECK_OUTPUT
 run.verdict()
 
 # %% [markdown]
+# ## Across seeds
+#
+# One run is one seed. The table and strip plot below read this chapter's results
+# file, made by `icmlbook sweep 7 --seeds 0-9 --update-results`: every claim and check
+# over seeds 0-9 at the default tier, with the number of seeds on which it holds and
+# its worst margin (how far inside the threshold the worst seed stayed).
+
+# %%
+across = icmlbook.across_seeds(run)
+
+# %% [markdown]
 # ## What a broken BiPE does
 #
 # The commonest bug is a segment rule that fires on the wrong tokens. If every token
 # "ends a segment" (say the test reads `idx != sep_id`), Eq. 1 gives $\mathrm{seg}_t = t$
-# and $\mathrm{intra}_t = 0$: BiPE-RoPE silently becomes plain RoPE and claims 2, 3 and
-# 6 fail. The unit tests train this and other broken variants and check that each
-# fails its claim: no intra table (Eq. 2 forgotten: claim 4), the sign of Eq. 4 flipped
-# so that ALiBi rewards distant segments (claim 5), and a "RoPE" baseline whose position
-# ids are all 0, so that nothing rotates (claim 1). Here are the ids the first bug
-# produces:
+# and $\mathrm{intra}_t = 0$: BiPE-RoPE silently becomes plain RoPE and fails "BiPE
+# against flat RoPE" at $4\times$ and $8\times$ and the within-sentence claim. The unit
+# tests train this and other broken variants and check that each fails its claim: no
+# intra table (Eq. 2 forgotten) fails the in-distribution cost; the sign of Eq. 4
+# flipped, so that ALiBi rewards distant segments, fails both ALiBi claims; a
+# segmentation that ignores the sentences fails "the segments must mean something" by
+# construction; and a "RoPE" baseline whose position ids are all 0, so that nothing
+# rotates, fails the blow-up check. Here are the ids the first bug produces:
 
 # %%
 snippet = test_text[:26][None]
@@ -914,31 +1019,33 @@ icmlbook.explore(update, controls, run=run)
 # | | paper | this book |
 # |---|---|---|
 # | method | BiPE: learned intra-segment APE + RoPE/ALiBi on segment indices | the same (Eqs. 1–4), from scratch on the book's tiny transformer |
-# | segments | full stop and newline of the LLaMA tokenizer | "." of a character-level toy language; chunk and random ablations |
+# | segments | full stop and newline of the LLaMA tokenizer | "." of a character-level toy language; chunk and random ablations (ours) |
 # | model, data | 151M LLaMA-style model, the Pile, train length 1024 | 2 layers, $d = 48$, ~60k parameters, chained toy sentences, train length 64 |
-# | evaluation | perplexity at 1–6× the training length (PG-19, ArXiv, GitHub) | per-position loss at 1–8× (Eq. 5) |
-# | headline | BiPE extrapolates better than its flat counterpart, competitive in distribution | BiPE-RoPE's far loss at 4–8× is under half of RoPE's, no in-distribution cost, in seeds 0–4 (claims 1–4) |
-# | BiPE-ALiBi | better than ALiBi on long text and arithmetic | flat, tied with ALiBi (far $8\times$ within ±0.03 nats over seeds 0–4); ALiBi is already flat here |
+# | evaluation | perplexity at 1–6× the training length (PG-19, ArXiv, GitHub) | per-position loss at 1–8× (Eq. 5), split into the letter that needs the previous sentence and all others (ours) |
+# | headline | BiPE extrapolates better than its flat counterpart, competitive in distribution | BiPE-RoPE's far loss at $4\times$ and $8\times$ at most `C_VS_FLAT` of RoPE's, in-distribution cost at most `C_INDIST_COST` nats (ablation claims) |
+# | which half | the intra-segment APE captures a segment's content, the inter-segment RPE gives extrapolation | the intra half carries it: other letters at $8\times$ at most `C_INTRA_HALF` of RoPE's (claim); the inter-segment RoPE helps at $2\times$ (subject letters at most `C_INTER_2X` of "intra only", claim) but **not at $8\times$**, where BiPE-RoPE guesses the subject blindly and is no better than "intra only" (reported, not claimed) |
+# | segments that mean something | motivated by the segment statistics of text | chunks or random boundaries: far $8\times$ at least `C_SEGMENTS` times that with sentences (claim) |
+# | BiPE-ALiBi | better than ALiBi on long text and arithmetic | tied with ALiBi: at most `C_VS_ALIBI` nats above it over $8L$ and in distribution (baseline claims); ALiBi is already flat here; slopes × 12 where the official code has × 96 |
+# | sinusoidal baseline | one of the paper's baselines | token embeddings scaled by $\sqrt d$ as in Vaswani et al. and its own learning rate, so that it fits the training length (in-distribution loss within `C_FAIR_SIN` of RoPE's, a check); BiPE-RoPE's far $8\times$ at most `C_VS_FLAT` of its loss (baseline claim) |
 #
 # What did not reproduce, or not fully. BiPE-RoPE is not flat at $8\times$: its far loss
-# rises by 0.2–0.4 nats while RoPE's rises by about 2. This matches third-party
-# reproductions on PG-19 (perplexity still grows with length, far less than RoPE's):
-# BiPE *reduces* the length penalty. Our split by character says which half does the
-# work at this scale: the intra-segment encoding keeps every within-sentence prediction
-# in range, while the RoPE on segment indices loses the previous sentence at $8L$ just
-# as flat RoPE does, because the segment distances are themselves 8 times those of
-# training (Eq. 3). We cannot tell from a toy whether the paper's long-text gains share
-# that split. On this toy, BiPE-ALiBi brings
-# nothing over ALiBi, whose linear penalty already suppresses every distance it was not
+# rises while RoPE's rises several times more. This matches third-party reproductions
+# on PG-19 (perplexity still grows with length, far less than RoPE's): BiPE *reduces*
+# the length penalty. Our split by character says which half does the work at this
+# scale: the intra-segment encoding keeps every within-sentence prediction in range,
+# while the RoPE on segment indices loses the previous sentence at $8L$ just as flat
+# RoPE does, because the segment distances are themselves 8 times those of training
+# (Eq. 3); at $8\times$ the model without any inter-segment encoding does as well. The
+# paper's argument that segment counts grow slowly holds in its data, where a training
+# window of 1024 tokens spans many sentences; in ours a window holds about four, so
+# every longer test meets unseen segment distances. We cannot tell from a toy whether
+# the paper's long-text gains share that split. On this toy, BiPE-ALiBi brings nothing
+# over ALiBi, whose linear penalty already suppresses every distance it was not
 # trained on; the paper's ALiBi gains come from real long text. Our slope multiplier is
-# 12, not the official 96, which was set for 12 heads and long LLaMA-token sentences
-# (our reading; the paper does not discuss it). The paper's theory (bilevel automata
-# represented with fewer parameters) is not tested here.
-#
-# **Fresh seeds.** As a check on thresholds calibrated on seeds 0–4, we also ran seeds
-# 5–9 at the default tier: all eight claims held. BiPE-RoPE / RoPE at 8× measured
-# 0.30, 0.30, 0.30, 0.31, 0.31 and RoPE's blow-up 4.9–5.3×; the tightest was the 2×
-# flatness, 1.19 against 1.2 at seed 5.
+# 12, not the official 96, which the official code applies for 12 heads and long
+# LLaMA-token sentences (why 96, the paper does not say, as far as we read it). The
+# paper's theory (bilevel automata represented with fewer parameters) is not tested
+# here.
 
 # %% [markdown]
 # ## Exercises
@@ -951,8 +1058,8 @@ icmlbook.explore(update, controls, run=run)
 #    heads can still look one sentence back when a segment costs $96 \cdot 2^{-2}$ in the
 #    steepest head? Plot each head's attention on the previous sentence.
 # 3. **Longer sentences.** In Explore, test on 4–6 modifiers. BiPE degrades because
-#    its intra table never saw positions past 25 (the longest training sentence). Replace the learned intra table by a
-#    sinusoidal one (`abs_pe="sinusoidal"`) and check whether it helps, and what it costs
+#    its intra table never saw positions past 25 (the longest training sentence).
+#    Replace the learned intra table by a sinusoidal one (`abs_pe="sinusoidal"`) and check whether it helps, and what it costs
 #    at $1\times$.
 #
 # ## References

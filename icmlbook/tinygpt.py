@@ -10,7 +10,10 @@ intra-sentence ids to the absolute table and sentence ids to RoPE/ALiBi):
 
 * ``abs_pe``: ``None``, ``"sinusoidal"`` or ``"learned"`` -- added to the
   token embedding at ``abs_pos`` (ids past a learned table's end are clamped
-  to its last row);
+  to its last row). With ``"sinusoidal"`` the token embedding is scaled as in
+  Vaswani et al. (Sec. 3.4: weights times sqrt(d_model), drawn at std
+  d_model^-1/2 as in tensor2tensor), so that tokens and the unit-amplitude
+  sinusoids have comparable magnitudes;
 * ``rel_pe``: ``None``, ``"rope"`` or ``"alibi"`` -- applied inside every
   attention layer at ``rel_pos``.
 
@@ -155,6 +158,10 @@ class TinyGPT(nn.Module):
         self.ln_f = nn.LayerNorm(cfg.d_model)
         self.head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
         self.apply(self._init)
+        if cfg.abs_pe == "sinusoidal":  # Vaswani et al.: unit-scale tokens next to the PE
+            with torch.no_grad():
+                self.tok.weight.mul_(cfg.d_model ** -0.5 / 0.02)
+        self.tok_scale = math.sqrt(cfg.d_model) if cfg.abs_pe == "sinusoidal" else 1.0
 
     @staticmethod
     def _init(m: nn.Module) -> None:
@@ -169,7 +176,7 @@ class TinyGPT(nn.Module):
     def forward(self, idx: Tensor | None = None, *, embeds: Tensor | None = None,
                 abs_pos: Tensor | None = None, rel_pos: Tensor | None = None,
                 return_hidden: bool = False) -> Tensor:
-        x = self.tok(idx) if embeds is None else embeds
+        x = self.tok(idx) * self.tok_scale if embeds is None else embeds
         B, T, _ = x.shape
         default = torch.arange(T, device=x.device).expand(B, T)
         abs_pos = default if abs_pos is None else abs_pos.expand(B, T)

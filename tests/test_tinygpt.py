@@ -78,3 +78,40 @@ def test_generate_and_fit():
     assert out.tolist() == [[3, 4, 5, 6, 7, 8, 9]]
     g = torch.Generator().manual_seed(0)
     assert generate(m, torch.zeros(4, 1, dtype=torch.long), 3, top_p=0.9, generator=g).shape == (4, 4)
+
+
+def manual_forward(m, x, extra):
+    """The forward pass written out: token embedding (times ``m.tok_scale``) + ``extra``."""
+    h = m.tok(x) * m.tok_scale + extra
+    for block in m.blocks:
+        h = block(h, torch.arange(x.shape[1]).expand_as(x))
+    return m.head(m.ln_f(h))
+
+
+@pytest.mark.parametrize("pe", ["none", "learned", "rope", "alibi"])
+def test_non_sinusoidal_paths_keep_the_plain_token_embedding(pe):
+    m, x = model(pe), torch.randint(0, 11, (2, 9))
+    assert m.tok_scale == 1.0
+    assert abs(m.tok.weight.std().item() - 0.02) < 0.005  # the init of every other table
+    extra = m.pos(torch.arange(9)) if m.pos is not None else 0.0
+    with torch.no_grad():
+        assert torch.equal(m(x), manual_forward(m, x, extra))
+        assert torch.equal(m.tok(x) * m.tok_scale, m.tok(x))
+
+
+def test_sinusoidal_path_scales_tokens_as_vaswani_et_al():
+    from icmlbook.tinygpt import sinusoidal
+    m, plain = model("sinusoidal"), model("none")
+    d = 16
+    assert m.tok_scale == pytest.approx(d ** 0.5)
+    # same random draws as any other model, the token table rescaled to std d^-1/2
+    assert torch.allclose(m.tok.weight, plain.tok.weight * (d ** -0.5 / 0.02), atol=1e-6)
+    for (name, p), (_, q) in zip(m.named_parameters(), plain.named_parameters()):
+        if name != "tok.weight":
+            assert torch.equal(p, q)
+    x = torch.randint(0, 11, (2, 9))
+    with torch.no_grad():
+        assert torch.equal(m(x), manual_forward(m, x, sinusoidal(torch.arange(9).expand(2, 9),
+                                                                 d)))
+        rms = (m.tok(x) * m.tok_scale).pow(2).mean().sqrt()
+    assert 0.5 < rms < 2.0                             # unit-scale tokens, as the sinusoids
