@@ -62,7 +62,9 @@ def test_greedy_roundtrip_is_exact():
 
 
 def test_roundtrip_claim_fails_without_candidates_past_the_window():
-    no_end = lambda d, dm, wl: ch.infer_spikes(d, dm, wl, beyond=0)
+    def no_end(d, dm, wl):
+        return ch.infer_spikes(d, dm, wl, beyond=0)
+
     assert ch.roundtrip_fraction(150, np.random.default_rng(2), D_MAX, W_LOW, infer=no_end) < 1.0
 
 
