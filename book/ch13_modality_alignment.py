@@ -101,10 +101,10 @@ cfg = run.pick(
                widget_stage2=10),
     default=dict(n_source=8000, pretrain_steps=600, stage1=100, stage2=150, repeats=3,
                  n_test=4000, gaps=(0.0, 0.25, 0.5, 0.75, 1.0), curve_points=11,
-                 widget_stage1=60, widget_stage2=100),
+                 widget_stage1=30, widget_stage2=50),
     full=dict(n_source=20000, pretrain_steps=1500, stage1=200, stage2=300, repeats=6,
               n_test=10000, gaps=(0.0, 0.125, 0.25, 0.5, 0.75, 1.0), curve_points=11,
-              widget_stage1=60, widget_stage2=100),
+              widget_stage1=30, widget_stage2=50),
 )
 D = 8  # input dimension of both modalities
 WIDTH = 64  # hidden width of the pretrained body
@@ -860,7 +860,8 @@ print(f"target accuracy, oracle - MoNA:        "
 # keeps; right: MoNA's stage-1 embedder next to the oracle. One draw of the shots and
 # shorter stages than above, so the bars are noisier than the tables. A new $\alpha$
 # retrains MoNA alone (about a second); a new gap or number of shots retrains all five
-# arms and takes a few seconds; settings already seen are cached.
+# arms, with shorter stages still, and takes a second or two; settings already seen
+# are cached.
 
 # %% tags=["hide-input"]
 import functools
@@ -909,7 +910,7 @@ icmlbook.explore(update, controls, run=run)
 # | source model | Swin (ImageNet) and RoBERTa | an 8-64-64 ReLU MLP pretrained on a synthetic 8-class task |
 # | target tasks | NAS-Bench-360, PDEBench and others | the source task through a rotation of angle set by the gap (Eq. 2), a few shots per class |
 # | knowledge discrepancy | $P(Y \mid X)$ misalignment, infimum over label maps | Eq. 1 with the identity label map, measured with the true target labels |
-# | MoNA stage 1 | meta-learning of the embedder through a simulated fine-tuning step | Eqs. 3-5, our reconstruction: one second-order step, source cross-entropy as the outer loss |
+# | MoNA stage 1 | meta-learning of the embedder through a simulated fine-tuning step | Eqs. 3-5, our reconstruction: one second-order step; the outer loss is the alignment (same-class pairs) and uniformity of the stepped source features |
 # | key ingredient | the meta-learned term, against embedder warm-up | MoNA against warm-up only (Eq. 5 with $\lambda = 0$) |
 # | baselines | naive fine-tuning, ORCA (OTDD alignment), PaRe and others | naive fine-tuning and a class-wise MMD ("ORCA-like", Eq. 6) |
 #
