@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import ast
+import signal
 import types
 from pathlib import Path
 
@@ -33,3 +34,9 @@ def chapter_defs(stem: str) -> types.ModuleType:
                 except NameError:
                     pass  # computed from the experiment's variables: not a constant
     return module
+
+
+def default_sigint() -> None:
+    """``preexec_fn`` for a CLI child: SIGINT as a terminal gives it. A test process may
+    run with SIGINT ignored (a test runner's worker), and an ignored signal is inherited."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)

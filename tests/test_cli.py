@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import ROOT
+from helpers import ROOT, default_sigint
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -238,12 +238,6 @@ def tiny_book(tmp_path):
     return root
 
 
-def _default_sigint() -> None:
-    """In the child, before exec: SIGINT as a terminal gives it. A test process may run
-    with SIGINT ignored (a test runner's worker), and an ignored signal is inherited."""
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-
-
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -262,7 +256,7 @@ def test_ctrl_c_stops_cleanly_with_the_finished_runs(tiny_book, tmp_path, jobs):
                              "run", "5", "16", "--jobs", jobs, "--json", str(out),
                              "--out", str(tmp_path / "runs")],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True, preexec_fn=_default_sigint)
+                            start_new_session=True, preexec_fn=default_sigint)
     lines: list[str] = []
     reader = threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True)
     reader.start()

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from helpers import ROOT
+from helpers import ROOT, default_sigint
 
 from icmlbook.sweep import COLUMNS, sweep
 
@@ -86,8 +86,7 @@ def test_ctrl_c_keeps_finished_runs_and_resume_finishes_the_rest(tmp_path):
     proc = subprocess.Popen([sys.executable, "-m", "icmlbook.cli", "sweep", "5", "--seeds", "0-3",
                              "--tier", "smoke", "--workers", "1", "--out", str(out)], cwd=ROOT,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            # SIGINT as a terminal gives it, even if this process ignores it
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+                            preexec_fn=default_sigint)
     deadline = time.time() + 240
     while time.time() < deadline and not list((out / "records").glob("*.json")):
         time.sleep(0.2)
