@@ -24,7 +24,7 @@ from typing import Any
 
 from icmlbook.params import check_seed, check_tier
 from icmlbook.record import RECORD_MIME, RECORD_VERSION
-from icmlbook.tiers import ENFORCED_TIERS, configure_torch, pick, seed_everything
+from icmlbook.tiers import ENFORCED_TIERS, configure_torch, pick, rules, seed_everything
 
 _OPS = {"<=": operator.le, "<": operator.lt, ">=": operator.ge, ">": operator.gt}
 
@@ -71,6 +71,10 @@ class Session:
         self._t0 = time.perf_counter()
         seed_everything(seed, torch=torch)
         self.device = configure_torch(tier, threads) if torch else "cpu"
+        if rules(tier).sketch_figures:
+            from icmlbook.plot import sketch_figures
+
+            sketch_figures()
 
     @property
     def enforced(self) -> bool:

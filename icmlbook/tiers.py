@@ -22,6 +22,7 @@ class TierRules:
     budget_s: float | None  # wall seconds per chapter on a 2-core CPU, kernel start included
     memory_mb: float | None  # peak resident memory per chapter
     exercise_widgets: bool  # widgets are driven to every extreme of every control
+    sketch_figures: bool  # figures are drawn without a layout engine and stored untrimmed
     results_plot: bool  # the Across-seeds cell draws its strip plot (the table: always)
     cuda: bool  # a GPU is used when present
 
@@ -29,13 +30,16 @@ class TierRules:
 RULES: dict[str, TierRules] = {
     "smoke": TierRules("every code path at tiny sizes (the tests)", enforce_claims=False,
                        cell_timeout_s=120, budget_s=15, memory_mb=1536,
-                       exercise_widgets=True, results_plot=False, cuda=False),
+                       exercise_widgets=True, sketch_figures=True, results_plot=False,
+                       cuda=False),
     "default": TierRules("what readers run and what is committed", enforce_claims=True,
                          cell_timeout_s=600, budget_s=120, memory_mb=1536,
-                         exercise_widgets=False, results_plot=True, cuda=False),
+                         exercise_widgets=False, sketch_figures=False, results_plot=True,
+                         cuda=False),
     "full": TierRules("closer to the paper's scale, on a GPU when present",
                       enforce_claims=True, cell_timeout_s=None, budget_s=None, memory_mb=None,
-                      exercise_widgets=False, results_plot=True, cuda=True),
+                      exercise_widgets=False, sketch_figures=False, results_plot=True,
+                      cuda=True),
 }
 
 TIERS = tuple(RULES)

@@ -383,6 +383,24 @@ def test_use_style_sets_modest_dpi():
     assert mpl.rcParams["figure.dpi"] == 100
 
 
+def test_smoke_sketches_figures_and_the_other_tiers_do_not():
+    import matplotlib as mpl
+
+    from icmlbook import plot
+
+    try:
+        icmlbook.start("05_conformal_betting", tier="smoke", torch=False)
+        icmlbook.use_style()
+        assert plot._SKETCH and not mpl.rcParams["figure.constrained_layout.use"]
+        plot.sketch_figures(False)
+        icmlbook.start("05_conformal_betting", tier="default", torch=False)
+        icmlbook.use_style()
+        assert mpl.rcParams["figure.constrained_layout.use"]
+    finally:
+        plot.sketch_figures(False)
+        icmlbook.use_style()
+
+
 def test_method_styles_fixed_and_distinct():
     from icmlbook import plot
 
