@@ -103,11 +103,13 @@ run = icmlbook.start("11_diffusion_backdoors", tier=tier, seed=seed,
 icmlbook.use_style()
 cfg = run.pick(
     smoke=dict(pre_steps=40, ft_steps=40, batch=32, hidden=32, it1=6, it2=2, b1=4,
-               b2=2, n_detect=200, n_gen=8, n_geom=16, elijah_steps=5),
+               b2=2, n_detect=200, n_gen=8, n_geom=16, elijah_steps=5, widget_it1=3),
     default=dict(pre_steps=1500, ft_steps=1500, batch=96, hidden=128, it1=300, it2=1,
-                 b1=8, b2=8, n_detect=2000, n_gen=64, n_geom=128, elijah_steps=100),
+                 b1=8, b2=8, n_detect=2000, n_gen=64, n_geom=128, elijah_steps=100,
+                 widget_it1=100),
     full=dict(pre_steps=3000, ft_steps=3000, batch=128, hidden=128, it1=1000, it2=3,
-              b1=16, b2=16, n_detect=2000, n_gen=128, n_geom=256, elijah_steps=100),
+              b1=16, b2=16, n_detect=2000, n_gen=128, n_geom=256, elijah_steps=100,
+              widget_it1=100),
 )
 it2 = refine_iters * cfg.it2 if tier != "smoke" else cfg.it2  # full 3x; smoke: 2
 T = 100  # diffusion steps
@@ -801,11 +803,14 @@ kl_el = results["Elijah"]["kl_mean"]
 separation_elijah = float(kl_el[BD].min() / kl_el[BENIGN].max())
 kl_pl = results["plain loss (ablation)"]["kl_mean"]
 separation_plain = float(kl_pl[BD].min() / kl_pl[BENIGN].max())
+kl_init = results["initialisation only"]["kl_mean"]
+separation_init = float(kl_init[BD].min() / kl_init[BENIGN].max())
 for m in range(M):
     print(f"{names[m]:<13} M_r {kl_terd[m]:.4f}  V_r {var_terd[m]:.5f}  flagged "
           f"{bool(kl_terd[m] > threshold)}")
 print(f"min backdoored / max benign M_r: TERD {separation:.1f}, Elijah "
-      f"{separation_elijah:.1f}, plain loss {separation_plain:.1f}")
+      f"{separation_elijah:.1f}, plain loss {separation_plain:.1f}, initialisation "
+      f"only {separation_init:.1f}")
 
 # %% tags=["hide-input"]
 fig, axes = plt.subplots(1, 2, figsize=(8, 3))
@@ -845,14 +850,22 @@ plt.show()
 #
 # Thresholds were fixed on seeds 0 and 3 of a first run of this design, before the
 # sweep over seeds 0-9; each line says what it rests on. Paper claims first, then
-# checks that must hold if the code is right.
+# checks that must hold if the code is right. The two detection claims were re-cut
+# after that sweep, because as first written they compared TERD with a bar alone (a
+# min(TPR, TNR) of 0.99, which the untouched initialisation nearly reaches too, and a
+# separation of 3): each now compares TERD with what it must beat, with bars set on
+# that sweep, and seeds 10-19 were run afterwards as a fresh test.
 
 # %% tags=["thresholds"]
 C_RELERR_RATIO = 0.75  # rel. error TERD / plain loss, backdoored mean; set a priori
 C_COS = 0.9  # cos(TERD, r), backdoored mean; first run 0.96-0.97
 C_MSE_VS_ELIJAH = 0.7  # target MSE from TERD / from Elijah; first run 0.25
-C_INPUT = 0.99  # min over backdoored models of min(TPR, TNR); the paper: 1.00
-C_SEPARATION = 3.0  # min backdoored / max benign M_r of TERD; calibrated benign x 2
+# min(TPR, TNR) over the backdoored models, TERD minus Elijah, must be > 0; sweep of
+# seeds 0-9: 0.02-0.13 (the paper reports TERD's rates only: 1.00)
+C_INPUT_VS_ELIJAH = 0.0
+# separation (min backdoored / max benign M_r), TERD minus the plain loss; sweep of
+# seeds 0-9: 2.9-5.3. It implies TERD's own separation is at least 2
+C_SEP_VS_PLAIN = 2.0
 C_ATTACK = 0.25  # target MSE from eps + r, backdoored models; first run 0.02-0.12
 C_BENIGN_MISS = 0.4  # target MSE from eps + r_1 on benign models; first run 0.6-0.7
 # max L(r) / L(0), backdoored; first run 0.62-0.68 (own noise each). It was 0.85
@@ -921,13 +934,16 @@ run.claim("attack reproduced: target MSE TERD / Elijah", mse_vs_elijah, "<=",
           C_MSE_VS_ELIJAH, "Noise shifted by TERD's trigger reproduces the target "
           "better than noise shifted by Elijah's", versus="baseline",
           against="Elijah (Eq. 7), same models and initialisation")
-run.claim("input detection: min(TPR, TNR)", input_terd, ">=", C_INPUT,
-          "The likelihood-ratio test with TERD's trigger flags poisoned noise and "
-          "passes clean noise nearly always at ||r|| = 7.4", versus="baseline",
-          against="Elijah's trigger in the same test (reported), the Bayes bound Eq. 9")
-run.claim("model detection: backdoored / benign M_r", separation, ">=", C_SEPARATION,
-          "Every backdoored model's M_r is several times every benign model's",
-          versus="baseline", against="Elijah's trigger, same statistic (reported)")
+run.claim("input detection: min(TPR, TNR), TERD minus Elijah",
+          input_terd - input_elijah, ">", C_INPUT_VS_ELIJAH,
+          "In the likelihood-ratio test (Eq. 8), TERD's trigger flags poisoned noise "
+          "and passes clean noise more reliably than Elijah's", versus="baseline",
+          against="Elijah's trigger in the same test, same models and noises")
+run.claim("model detection: separation, TERD minus plain loss",
+          separation - separation_plain, ">=", C_SEP_VS_PLAIN,
+          "TERD's M_r (Eq. 10) puts every backdoored model well above every benign "
+          "one, and the two-noise difference is what makes it do so", versus="ablation",
+          against="the plain denoising loss, same two stages and statistic")
 run.check("attack premise: target MSE from eps + r", float(mse_true[BD].max()), "<=",
           C_ATTACK, "the fine-tuned models really are backdoored")
 run.check("benign models miss the target", float(mse_true[BENIGN].min()), ">=",
@@ -975,7 +991,7 @@ across = icmlbook.across_seeds(run)
 # failure: the depth of the refinement loss's valley, $L(r)/L(0)$ for every backdoored
 # model, was first required to be at most 0.85 and measured 0.89 on one seed; it is
 # now at most 0.95, what the check means (the loss is lower at the trigger than at 0)
-# with a margin. The thinnest paper claim is model detection (see its worst margin).
+# with a margin. The two detection claims were re-cut after that sweep (see Claims).
 #
 # ### Reported, not claimed: doing nothing
 #
@@ -992,17 +1008,20 @@ print(f"min(TPR, TNR): initialisation only {input_noop:.3f}; "
 # %% [markdown]
 # ## What a broken defence does
 #
-# Each paper claim should fail for a wrong defence. The cheapest break at hand is the
-# plain-loss ablation, run through every claim as if it were the method; the tests
-# also break the sign of the $\ell_1$ term.
+# Each paper claim should fail for a wrong defence. The cheapest breaks at hand are
+# the plain-loss ablation, run through every claim as if it were the method, and for
+# model detection, which is measured against that ablation, no reversion at all (the
+# initialisation); the tests also break the sign of the $\ell_1$ term.
 
 # %%
 pl = res["plain loss (ablation)"]
+input_plain = float(torch.minimum(pl["tpr"], pl["tnr"]).min())
 print(f"plain loss as the method: cos {float(pl['cos'].mean()):.3f} (>= {C_COS}); "
       f"target MSE / Elijah {float(pl['mse'].mean() / res['Elijah']['mse'].mean()):.2f}"
-      f" (<= {C_MSE_VS_ELIJAH}); min(TPR, TNR) "
-      f"{float(torch.minimum(pl['tpr'], pl['tnr']).min()):.3f} (>= {C_INPUT}); "
-      f"separation {separation_plain:.1f} (>= {C_SEPARATION})")
+      f" (<= {C_MSE_VS_ELIJAH}); min(TPR, TNR) minus Elijah's "
+      f"{input_plain - input_elijah:.3f} (> {C_INPUT_VS_ELIJAH})")
+print(f"no reversion (the initialisation) as the method: separation minus the plain "
+      f"loss's {separation_init - separation_plain:.1f} (>= {C_SEP_VS_PLAIN})")
 
 # %% [markdown]
 # ## Explore
@@ -1013,9 +1032,11 @@ print(f"plain loss as the method: cos {float(pl['cos'].mean()):.3f} (>= {C_COS})
 # the reversed trigger. Right: the trigger norm slider sets a hypothetical attack of
 # that norm along $r$, with the reversed trigger rescaled in proportion; the panel
 # shows the likelihood-ratio boundary in the plane of $r$ and $\hat\mu$, with clean
-# and poisoned noise, and the TPR/TNR it implies against the Bayes bound. The poison
-# rate and $\lambda$ need a new training or reversion run: they are the chapter's
-# parameters.
+# and poisoned noise, and the TPR/TNR it implies against the Bayes bound. The
+# $\lambda$ slider reruns a short stage 1 (one restart, `widget_it1` iterations) with
+# that weight on the $-\lambda\|\mu\|_1$ term; its estimate is the bottom tile on the
+# left, with its cosine and norm. The poison rate needs new backdoored models: it is
+# a parameter of the chapter, not of the widget.
 
 # %% tags=["hide-input"]
 import ipywidgets as W
@@ -1033,6 +1054,13 @@ def widget_generations(k, sampler):
     return torch.nan_to_num(out, nan=0.0).clamp(-3, 3)
 
 
+@functools.lru_cache(maxsize=32)
+def widget_stage1(lam_w):
+    """A short stage 1 (Eq. 5) with weight lam_w, first restart, every model: (M, D)."""
+    g = torch.Generator().manual_seed(seed + 47)
+    return estimate(models, init[:, :1], cfg.widget_it1, cfg.b1, lam_w, g)[:, 0]
+
+
 def mosaic(images, cols):
     """Images (N, D) as one picture of 8 x 8 tiles, `cols` per row, one pixel apart."""
     rows = -(-len(images) // cols)
@@ -1043,14 +1071,17 @@ def mosaic(images, cols):
     return canvas
 
 
-def update(model, iteration, sampler, trigger_norm):
+def update(model, iteration, sampler, trigger_norm, lam):
     m = names.index(model)
     k = min(iteration, len(SNAPSHOTS) - 1)
     mu = SNAPSHOTS[k][m]
-    fig, axes = plt.subplots(1, 3, figsize=(10, 3.0), width_ratios=[1, 1.4, 1.6])
-    im = axes[0].imshow(mosaic(torch.stack([true_mu[m], mu]), 1).numpy(), cmap="gray",
-                        vmin=-1.5, vmax=1.5)
-    axes[0].set(title=f"true r (top), TERD at it. {k}", xticks=[], yticks=[])
+    mu_lam = widget_stage1(lam)[m]
+    fig, axes = plt.subplots(1, 3, figsize=(10, 3.4), width_ratios=[1, 1.4, 1.6])
+    tiles = torch.stack([true_mu[m], mu, mu_lam]).clamp(-3, 3)
+    im = axes[0].imshow(mosaic(tiles, 1).numpy(), cmap="gray", vmin=-1.5, vmax=1.5)
+    cos_lam = float(F.cosine_similarity(mu_lam, true_mu[m], dim=0))
+    axes[0].set(title=f"true r, TERD it. {k},\nstage 1 at lambda", xticks=[],
+                yticks=[], xlabel=f"cos {cos_lam:.2f}, norm {float(mu_lam.norm()):.1f}")
     gens = widget_generations(k, sampler)[m]
     axes[1].imshow(mosaic(gens, 3).numpy(), cmap="gray", vmin=-1.5, vmax=1.5)
     axes[1].set(title=f"{sampler}: clean (top), eps + mu", xticks=[], yticks=[])
@@ -1089,6 +1120,8 @@ controls = dict(
                             value="ancestral", description="sampler"),
     trigger_norm=W.FloatSlider(value=round(float(TRIGGERS[0].norm()), 1), min=1.0,
                                max=10.0, step=0.5, description="||r||"),
+    lam=W.SelectionSlider(options=sorted({0.0, 5e-5, 5e-4, 5e-3, 5e-2, lam}),
+                          value=lam, description="lambda"),
 )
 icmlbook.explore(update, controls, run=run)
 
@@ -1110,8 +1143,8 @@ icmlbook.explore(update, controls, run=run)
 # What does not: TERD's edge over Elijah in model detection. Elijah's trigger
 # separates backdoored from benign models about as well (the separation ratios are
 # printed under "Model detection"), because on a benign model its loss pulls the
-# trigger to 0; the model-detection claim is TERD's own separation, with Elijah's
-# reported.
+# trigger to 0; the model-detection claim compares TERD with its plain-loss
+# ablation, and Elijah's separation is reported.
 # What to read with care: near-perfect input detection is a property of the trigger's
 # norm (Eq. 9), and even the untouched initialisation passes most of it; the
 # refinement stage moves the trigger little at our scale (its gradient is clipped),

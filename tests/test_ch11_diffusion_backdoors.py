@@ -183,7 +183,7 @@ def test_kl_stats_closed_form():
 
 def test_thresholds_are_the_chapters():
     assert 0 < ch.C_RELERR_RATIO < 1 and 0 < ch.C_MSE_VS_ELIJAH < 1
-    assert ch.C_INPUT >= 0.99 and ch.C_SEPARATION > 1 and ch.C_COS > 0.5
+    assert ch.C_INPUT_VS_ELIJAH >= 0 and ch.C_SEP_VS_PLAIN >= 1 and ch.C_COS > 0.5
     assert float(ch.Phi(-math.sqrt(55) / 2)) < 1e-3  # the Bayes error at our norm
 
 
@@ -207,41 +207,60 @@ def trained():
     return bank, trig[0]
 
 
-def reversion_claims(bank, mu, r):
-    """Accuracy and detection claims for reversed triggers mu (2, D): model 0
-    backdoored with trigger r, model 1 benign."""
+def input_rate(mu, r):
+    """min(TPR, TNR) of the likelihood-ratio test with trigger mu, attack r."""
     g = gen(9)
     xp = torch.randn(2000, ch.D, generator=g) + r
     xc = torch.randn(2000, ch.D, generator=g)
-    cos = float(torch.nn.functional.cosine_similarity(mu[0], r, dim=0))
-    rate = min(float(ch.flag(xp, mu[0]).float().mean()),
-               float(1 - ch.flag(xc, mu[0]).float().mean()))
+    return min(float(ch.flag(xp, mu).float().mean()),
+               float(1 - ch.flag(xc, mu).float().mean()))
+
+
+def separation(mu):
+    """M_r of model 0 (backdoored) over M_r of model 1 (benign)."""
     kl = ch.kl_stats(mu)[0]
-    return {"cos": cos >= ch.C_COS, "input": rate >= ch.C_INPUT,
-            "separation": float(kl[0] / kl[1]) >= ch.C_SEPARATION}
+    return float(kl[0] / kl[1])
+
+
+def reversion_claims(bank, mu, r, elijah_mu, plain_mu):
+    """The chapter's reversion and detection claims for reversed triggers mu (2, D):
+    model 0 backdoored with trigger r, model 1 benign, against Elijah's and the plain
+    loss's triggers."""
+    cos = float(torch.nn.functional.cosine_similarity(mu[0], r, dim=0))
+    return {"cos": cos >= ch.C_COS,
+            "input": input_rate(mu[0], r) - input_rate(elijah_mu[0], r)
+            > ch.C_INPUT_VS_ELIJAH,
+            "separation": separation(mu) - separation(plain_mu) >= ch.C_SEP_VS_PLAIN}
+
+
+@pytest.fixture(scope="module")
+def references(trained):
+    """Elijah's and the plain loss's reversions, from the tests' initialisation."""
+    bank, _ = trained
+    init = -torch.rand(2, 4, ch.D, generator=gen(5))
+    plain = ch.reverse_trigger(bank, init, gen(7), 5e-5, 300, 30, 8, 8,
+                               loss=ch.plain_loss)
+    return init, ch.elijah(bank, init[:, 0], 100, gen(8)), plain
 
 
 @pytest.mark.slow
-def test_terd_holds_and_the_loss_geometry_is_right(trained):
+def test_terd_holds_and_the_loss_geometry_is_right(trained, references):
     bank, r = trained
-    init = -torch.rand(2, 4, ch.D, generator=gen(5))
+    init, elijah_mu, plain = references
     probe = torch.stack([r.expand(2, ch.D), torch.zeros(2, ch.D), init[:, 0]], 1)
     geom = ch.fixed_refine_loss(bank, probe, 64, 23)
     assert geom[0, 0] < geom[0, 1] and geom[0, 0] < geom[0, 2]
     mu = ch.reverse_trigger(bank, init, gen(7), 5e-5, 300, 30, 8, 8)
-    assert all(reversion_claims(bank, mu, r).values())
+    assert all(reversion_claims(bank, mu, r, elijah_mu, plain).values())
 
 
 @pytest.mark.slow
-def test_broken_defences_fail_the_paper_claims(trained):
+def test_broken_defences_fail_the_paper_claims(trained, references):
     bank, r = trained
-    init = -torch.rand(2, 4, ch.D, generator=gen(5))
-    # the plain denoising loss instead of Eq. 4
-    plain = ch.reverse_trigger(bank, init, gen(7), 5e-5, 300, 30, 8, 8,
-                               loss=ch.plain_loss)
+    init, elijah_mu, plain = references
     # the wrong sign of the l1 term with a large weight: mu is pulled to 0 ...
     shrunk = ch.reverse_trigger(bank, init, gen(7), -5e-2, 300, 30, 8, 8)
-    for broken in (plain, shrunk):
-        assert not all(reversion_claims(bank, broken, r).values())
-    # ... and no reversion at all: model detection cannot tell the models apart
-    assert not reversion_claims(bank, init[:, 0], r)["separation"]
+    # ... the plain denoising loss instead of Eq. 4, and no reversion at all
+    for broken in (plain, shrunk, init[:, 0]):
+        assert not all(reversion_claims(bank, broken, r, elijah_mu, plain).values())
+    assert not reversion_claims(bank, init[:, 0], r, elijah_mu, plain)["separation"]
