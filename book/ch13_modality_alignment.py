@@ -48,8 +48,8 @@
 # alignment is stood in for by a class-wise MMD ("ORCA-like"). Reconstructed, not
 # taken from the paper's text, which we could only partly check: the exact outer
 # objective of MoNA's meta-learning (here: the alignment and uniformity of the body's
-# source features after the simulated step, Eq. 4), the form of its stage-1 loss (Eq. 5) and the equation numbers, which
-# are ours.
+# source features after the simulated step, Eq. 4), the form of its stage-1 loss
+# (Eq. 5) and the equation numbers, which are ours.
 
 # %% tags=["parameters"]
 tier = "default"  # smoke | default | full: size of the experiment
@@ -742,12 +742,15 @@ print(f"first-order Taylor term at alpha = 1e-4: relative error {taylor_err:.2e}
 # line says what the first run measured. Changed after a first look: the outer loss
 # was first the source cross-entropy after the simulated step; it showed the same
 # trade as below, and we moved to the alignment and uniformity losses of Eq. 4, closer
-# to the paper's description.
+# to the paper's description. Changed after a fresh test: the target-accuracy gain of
+# MoNA over its warm-up ablation was first a claim (> 0); seeds 10-19 measured it
+# barely above zero, and neither nine draws of the shots nor an average over three
+# gaps made it steadier, so it is now reported, not claimed (below the verdict).
 
 # %% tags=["thresholds"]
-C_GAP_LOSS = 0.05  # knowledge lost, gap 1 minus gap 0.25, naive FT; first run 0.09-0.21
+# knowledge lost by naive FT, gap 1 minus gap 0; set a priori; seeds 0-9: 0.09-0.26
+C_GAP_LOSS = 0.05
 C_ALIGN_KEEPS = 0.05  # reuse MoNA - naive FT at gap 1; first run 0.11-0.23
-C_META_TARGET = 0.0  # target acc MoNA - warm-up, must be > 0; first run +0.003-+0.022
 C_VS_ORCA = 0.0  # reuse MoNA - ORCA-like, must be > 0; first run +0.016-+0.064
 C_SOURCE_ACC = 0.75  # source model's test accuracy; first run 0.81-0.88
 C_MARGINAL = 0.01  # marginal MMD^2, target vs source, any gap: sampling noise ~ 1e-3
@@ -759,19 +762,16 @@ C_ZERO_STEP = 0.0  # meta-gradient at alpha = 0: exactly zero
 # %%
 mona, warm = results["MoNA"], results["warm-up only"]
 naive, orca = results["naive fine-tuning"], results["ORCA-like"]
-run.claim("knowledge lost by naive FT: gap 1 minus gap 0.25",
-          loss_by_gap[1.0] - loss_by_gap[0.25], ">=", C_GAP_LOSS,
+run.claim("knowledge lost by naive FT: gap 1 minus gap 0",
+          loss_by_gap[1.0] - loss_by_gap[0.0], ">=", C_GAP_LOSS,
           "The source knowledge naive fine-tuning destroys grows with the modality gap",
-          versus="ablation", against="the same naive fine-tuning at a small gap (0.25)")
+          versus="ablation", against="the same naive fine-tuning with no gap (gap 0: "
+          "the target modality is the source's), same shots and budget")
 run.claim("source reuse: MoNA minus naive FT", mona["reuse"] - naive["reuse"], ">=",
           C_ALIGN_KEEPS, "Aligning the embedder before fine-tuning keeps clearly more "
           "source knowledge than fine-tuning straight away", versus="ablation",
           against="MoNA without its stage 1, i.e. naive fine-tuning, same shots, "
           "recipe and budget")
-run.claim("target accuracy: MoNA minus warm-up", mona["target"] - warm["target"],
-          ">", C_META_TARGET, "The meta-learned term of stage 1 improves target "
-          "accuracy over the same stage 1 without it", versus="ablation",
-          against="warm-up only (Eq. 5 with lambda = 0), same shots and steps")
 run.claim("source reuse: MoNA minus ORCA-like", mona["reuse"] - orca["reuse"], ">",
           C_VS_ORCA, "MoNA keeps more source knowledge than ORCA-like class-wise "
           "alignment", versus="baseline",
@@ -795,6 +795,7 @@ run.metric("results", {a: {k: m[k] for k in ("target", "reuse", "misalignment")}
 run.metric("naive_by_gap", {str(g): m for g, m in naive_by_gap.items()})
 run.metric("source_acc", source_acc)
 run.metric("reported", dict(
+    target_mona_minus_warm=mona["target"] - warm["target"],
     reuse_mona_minus_warm=mona["reuse"] - warm["reuse"],
     target_mona_minus_naive=mona["target"] - naive["target"],
     target_mona_minus_orca=mona["target"] - orca["target"],
@@ -820,10 +821,11 @@ across = icmlbook.across_seeds(run)
 # %% [markdown]
 # ### Reported, not claimed: what does not reproduce
 #
-# Three of the paper's expectations do not show at our scale, on this seed and across
-# the seeds we ran:
+# Four of the paper's expectations do not show at our scale, or not robustly, on this
+# seed and across the seeds we ran:
 
 # %%
+print(f"target accuracy, MoNA - warm-up:       {mona['target'] - warm['target']:+.3f}")
 print(f"source reuse, MoNA - warm-up:          {mona['reuse'] - warm['reuse']:+.3f}")
 print(f"target accuracy, MoNA - naive FT:      {mona['target'] - naive['target']:+.3f}")
 print(f"target accuracy, MoNA - ORCA-like:     {mona['target'] - orca['target']:+.3f}")
@@ -831,23 +833,28 @@ print(f"target accuracy, oracle - MoNA:        "
       f"{results['oracle embedder']['target'] - mona['target']:+.3f}")
 
 # %% [markdown]
-# * **The meta-learned term does not keep more knowledge than warm-up.** It buys a
-#   little target accuracy (the ablation claim above) and pays for it with a little
-#   source reuse (first line, usually just below zero). The simulated step looks
+# * **The meta-learned term's gain in target accuracy is too small to claim** (first
+#   line). It was positive on every seed we ran, about a point on average, but on
+#   some seeds barely above zero: the spread between seeds is as large as the gain,
+#   and neither more draws of the shots nor an average over gaps narrowed it. The
+#   paper's ablation of this term is the one result we cannot confirm with a margin.
+# * **The meta-learned term does not keep more knowledge than warm-up.** What little
+#   target accuracy it buys it pays for with a little source reuse (second line,
+#   usually just below zero). The simulated step looks
 #   one step ahead: it prefers embedders whose *first* target gradient is harmless,
 #   and these fit the shots slightly less well (the discrepancy after stage 1 is
 #   higher for MoNA than for warm-up in the table above, on most seeds), so the many
 #   real fine-tuning steps that follow move the body a bit more.
-# * **No target-accuracy gain over naive fine-tuning or ORCA-like** (second and
-#   third lines). Every aligned arm keeps far more source knowledge than naive
+# * **No target-accuracy gain over naive fine-tuning or ORCA-like** (third and
+#   fourth lines). Every aligned arm keeps far more source knowledge than naive
 #   fine-tuning, but at this gap that knowledge is not what limits the target: from
 #   ten shots per class no stage 1 recovers a large rotation of the input space (the
 #   embedders above are only loosely like $R_\gamma^\top$), and the naive arm's body
 #   re-learns enough of the task from the shots to match them. ORCA-like, whose
 #   class-wise MMD uses the labelled source data directly, usually has the best
 #   target accuracy of the learned arms.
-# * **All learned arms stay far below the oracle embedder** (last line), the ceiling
-#   a perfect alignment would reach with the same shots.
+# * **All learned arms stay far below the oracle embedder**, the ceiling
+#   a perfect alignment would reach with the same shots (last line).
 #
 # The paper's MoNA, at its scale, turns better knowledge reuse into better target
 # accuracy. Here the first half reproduces robustly and the second does not.
@@ -911,18 +918,19 @@ icmlbook.explore(update, controls, run=run)
 # | target tasks | NAS-Bench-360, PDEBench and others | the source task through a rotation of angle set by the gap (Eq. 2), a few shots per class |
 # | knowledge discrepancy | $P(Y \mid X)$ misalignment, infimum over label maps | Eq. 1 with the identity label map, measured with the true target labels |
 # | MoNA stage 1 | meta-learning of the embedder through a simulated fine-tuning step | Eqs. 3-5, our reconstruction: one second-order step; the outer loss is the alignment (same-class pairs) and uniformity of the stepped source features |
-# | key ingredient | the meta-learned term, against embedder warm-up | MoNA against warm-up only (Eq. 5 with $\lambda = 0$) |
+# | key ingredient | the meta-learned term, against embedder warm-up | MoNA against warm-up only (Eq. 5 with $\lambda = 0$): reported, not claimed; the claimed ablation is stage 1 as a whole, against naive fine-tuning |
 # | baselines | naive fine-tuning, ORCA (OTDD alignment), PaRe and others | naive fine-tuning and a class-wise MMD ("ORCA-like", Eq. 6) |
 #
 # What reproduces: the larger the modality gap, the more source knowledge naive
 # fine-tuning destroys; aligning the embedder first keeps much more of it, and MoNA
-# keeps more than the ORCA-like alignment; the meta-learned term improves target
-# accuracy over its warm-up ablation, by a small margin. What does not: the
-# meta-learned term does not keep *more* knowledge than warm-up (slightly less), and
-# MoNA's target accuracy is no better than naive fine-tuning's and below ORCA-like's.
-# The paper's link from reuse to accuracy needs a stage 1 that actually aligns the
-# modalities; with a linear embedder, eight classes and ten shots per class, none of
-# the learned arms comes near the oracle ceiling.
+# keeps more than the ORCA-like alignment. What does not: the meta-learned term's
+# gain in target accuracy over its warm-up ablation is about a point, positive on
+# every seed we ran but too close to zero on some to claim; it does not keep *more*
+# knowledge than warm-up (slightly less); and MoNA's target accuracy is no better
+# than naive fine-tuning's and below ORCA-like's. The paper's link from reuse to
+# accuracy needs a stage 1 that actually aligns the modalities; with a linear
+# embedder, eight classes and ten shots per class, none of the learned arms comes
+# near the oracle ceiling.
 
 # %% [markdown]
 # ## Exercises

@@ -212,7 +212,7 @@ def test_thresholds_are_the_chapters():
 # ---- paper claims: they hold for the chapter's MoNA, and fail for broken variants ----
 
 DEFAULT = dict(n_source=8000, pretrain_steps=600, n_test=4000, stage1=100, stage2=150,
-               repeats=3)  # the default tier's sizes, with 3 draws of the shots, not 9
+               repeats=3)  # the default tier's sizes
 
 
 @pytest.fixture(scope="module")
@@ -243,11 +243,10 @@ def knowledge_lost_gap():
 
 
 def paper_claims(results, lost_gap):
-    mona, warm = results["MoNA"], results["warm-up only"]
+    mona = results["MoNA"]
     naive, orca = results["naive fine-tuning"], results["ORCA-like"]
     return dict(gap=lost_gap >= ch.C_GAP_LOSS,
                 keeps=mona["reuse"] - naive["reuse"] >= ch.C_ALIGN_KEEPS,
-                meta=mona["target"] - warm["target"] > ch.C_META_TARGET,
                 orca=mona["reuse"] - orca["reuse"] > ch.C_VS_ORCA)
 
 
@@ -268,8 +267,9 @@ def test_mona_without_its_stage_1_fails_the_reuse_claims(trained):
     assert not holds["keeps"] and not holds["orca"]
 
 
-def test_mona_without_its_meta_term_fails_the_ablation_claim(trained):
+def test_mona_without_its_meta_term_is_its_warm_up(trained):
+    # the meta-learned term's gain over warm-up is reported, not claimed; without
+    # the term, MoNA is warm-up to the last digit
     results = dict(trained[0])
     results["MoNA"] = arms(["MoNA"], 1.0, lam=0.0)["MoNA"]
     assert results["MoNA"]["target"] == results["warm-up only"]["target"]
-    assert not paper_claims(results, trained[1])["meta"]
