@@ -155,15 +155,24 @@ def zero_ids(idx):
     return dict(rel_pos=torch.zeros_like(idx))
 
 
-def split_report(nll, inputs):
-    """The chapter's split: (subject-letter, other-letter) loss in distribution, far 2x, 8x."""
-    subject = torch.zeros_like(inputs, dtype=torch.bool)
-    subject[:, 1:] = (inputs[:, 1:] == ch.TOK.id(" ")) & (inputs[:, :-1] == ch.SEP_ID)
+def alibi_without_table():
+    """Broken BiPE-ALiBi: Eq. 4 on segment indices (slopes x 12) but no intra table."""
+    torch.manual_seed(0)
+    return ch.TinyGPT(ch.GPTConfig(vocab_size=len(ch.TOK), d_model=ch.D_MODEL,
+                                   n_layers=ch.N_LAYERS, n_heads=ch.N_HEADS, max_len=L,
+                                   abs_pe=None, rel_pe="alibi", alibi_scale=12.0))
+
+
+def split_report(nll, inputs, nll_2x, inputs_2x):
+    """The chapter's split: (subject-letter, other-letter) loss in distribution and far 8x
+    on the 8 L windows, far 2x on the 2 L ones."""
     T = inputs.shape[1]
-    regions = {"in-dist": slice(0, L), "far 2x": slice(2 * L - ch.FAR, 2 * L),
-               "far 8x": slice(T - ch.FAR, T)}
-    return {name: (float(nll[:, r][subject[:, r]].mean()),
-                   float(nll[:, r][~subject[:, r]].mean())) for name, r in regions.items()}
+    subject = ch.subject_targets(inputs)
+    out = {"in-dist": ch.split_loss(nll, subject, slice(0, L)),
+           "far 8x": ch.split_loss(nll, subject, slice(T - ch.FAR, T))}
+    out["far 2x"] = ch.split_loss(nll_2x, ch.subject_targets(inputs_2x),
+                                  slice(2 * L - ch.FAR, 2 * L))
+    return out
 
 
 @pytest.fixture(scope="module")
@@ -173,7 +182,9 @@ def trained():
     train_text = ch.chain_text(ch.CHAIN, 300_000, seed=1000)
     test_text = ch.chain_text(ch.CHAIN, 100_000, seed=2000)
     windows = ch.sample_windows(test_text, 32, 8 * L + 1, torch.Generator().manual_seed(7))
-    kw = dict(train_len=L, steps=300, batch=16, seed=0, chunk_len=18, alibi_scale=12.0)
+    windows_2x = ch.sample_windows(test_text, 256, 2 * L + 1,
+                                   torch.Generator().manual_seed(8))
+    kw = dict(train_len=L, steps=300, batch=8, seed=0, chunk_len=18, alibi_scale=12.0)
     specs = {  # name: (variant, segmentation, positions override, model override)
         "RoPE": ("RoPE", "sentences", None, None),
         "ALiBi": ("ALiBi", "sentences", None, None),
@@ -188,6 +199,8 @@ def trained():
         "no intra table": ("BiPE-RoPE", "sentences", ch.bipe_positions(L),
                            ch.make_model("RoPE", L)),
         "ALiBi sign flipped": ("BiPE-ALiBi", "sentences", flipped_seg_ids, None),
+        "ALiBi without intra table": ("BiPE-ALiBi", "sentences", ch.bipe_positions(L),
+                                      alibi_without_table()),
         "RoPE without rotation": ("RoPE", "sentences", zero_ids, None),
     }
     out = {}
@@ -197,7 +210,8 @@ def trained():
                                                  generator=torch.Generator().manual_seed(11))
         nll = ch.token_nll(m, windows, eval_pos)
         out[name] = ch.length_report(nll.mean(0).numpy(), L)
-        out[name]["split"] = split_report(nll, windows[:, :-1])
+        nll_2x = ch.token_nll(m, windows_2x, eval_pos)
+        out[name]["split"] = split_report(nll, windows[:, :-1], nll_2x, windows_2x[:, :-1])
         print(name, {k: round(v, 3) for k, v in out[name].items() if k != "split"},
               out[name]["split"])  # shown with pytest -s
     return out
