@@ -52,7 +52,7 @@
 # segment indices does not. At $8\times$ BiPE-RoPE guesses the letter that needs the
 # previous sentence no better than blindly, just as flat RoPE does; it keeps everything
 # inside a sentence, and RoPE does not. The paper's claim reproduces through its first
-# half only.
+# half only; what the inter-segment half adds is reported, not claimed.
 
 # %% tags=["parameters"]
 tier = "default"  # smoke | default | full: size of the experiment
@@ -99,9 +99,9 @@ icmlbook.use_style()
 # n_eval windows of 8 L for Eq. 5; n_eval_2x shorter ones of 2 L for the 2x split;
 # n_attention windows for the attention masses; the widget's test windows and texts
 cfg = run.pick(
-    smoke=dict(steps=10, batch=4, n_eval=2, n_eval_2x=4, n_attention=2, widget_windows=1,
-               train_chars=10_000, test_chars=10_000, widget_chars=5_000,
-               precompute=False),
+    smoke=dict(steps=10, batch=4, n_eval=2, n_eval_2x=4, n_attention=2,
+               widget_windows=1, train_chars=10_000, test_chars=10_000,
+               widget_chars=5_000, precompute=False),
     default=dict(steps=300, batch=8, n_eval=32, n_eval_2x=256, n_attention=4,
                  widget_windows=2, train_chars=300_000, test_chars=100_000,
                  widget_chars=40_000, precompute=True),
@@ -690,10 +690,12 @@ plt.show()
 # the intra-segment half of BiPE extrapolates and the inter-segment half does not: at
 # $8L$ the segment distances (about 30) are as unseen by BiPE-RoPE's rotations as token
 # distances are by RoPE's. At $2\times$ the segment distances are only twice those of
-# training and the lookup partly survives. The ALiBi models keep the lookup at every
-# length, because their linear penalty makes distant sentences irrelevant whatever
-# their distance. (In distribution the subject costs more than far out because the
-# first subject of a window often has no previous sentence in view.)
+# training, and the lookup survives there on some seeds and not on others. The ALiBi
+# models' linear penalty makes distant sentences irrelevant whatever their distance, so
+# what lookup they learned in distribution they keep at every length; how much they
+# learn in 300 steps also varies with the seed. (In distribution the subject costs more
+# than far out because the first subject of a window often has no previous sentence in
+# view.)
 #
 # ### Do the segments have to mean something?
 #
@@ -735,10 +737,6 @@ plt.show()
 #   in-distribution loss at most `C_INDIST_COST` nats above RoPE's.
 # - **The intra-segment half carries the result.** At $8\times$, BiPE-RoPE's loss on the
 #   other letters is at most `C_INTRA_HALF` of RoPE's.
-# - **The inter-segment half, where it works.** At $2\times$, BiPE-RoPE's subject-letter
-#   loss is at most `C_INTER_2X` of that of BiPE without its inter-segment half ("intra
-#   only": Eqs. 1–2, no RoPE at all); with ALiBi on segment indices, at $8\times$, at
-#   most `C_INTER_ALIBI` of it.
 # - **The segments must mean something.** BiPE-RoPE with fixed chunks or random
 #   boundaries has a far $8\times$ loss at least `C_SEGMENTS` times that with sentences.
 # - **Against the baselines.** ALiBi is the strongest flat encoding on this toy (it is
@@ -747,26 +745,29 @@ plt.show()
 #   tuned sinusoidal encoding, the paper's absolute baseline: BiPE-RoPE's far
 #   $8\times$ loss is at most `C_VS_FLAT` of its loss.
 #
-# **Not reproduced: the inter-segment RoPE at $8\times$.** The paper's argument is that
-# relative encoding on segment indices extrapolates because segment distances grow
-# slowly. Here they still grow to about eight times those of training, and at $8\times$
-# BiPE-RoPE's subject-letter loss is near $\ln 8$ (a blind guess) and its far loss is no
-# lower than that of "intra only", which has no inter-segment encoding at all. Both
-# numbers are printed and recorded below, not claimed. Changed after a failure: a
-# claim that BiPE-RoPE's whole far $2\times$ loss is at most 1.2 times its
-# in-distribution loss (a bar loosened from 1.15) failed on one of seeds 5–9 at 1.19.
-# That ratio mixes the two halves, which the split shows behave differently, so it is
-# reported and the claims are on each half separately.
+# **Not claimed: the inter-segment half.** The paper's argument is that relative
+# encoding on segment indices extrapolates because segment distances grow slowly. Here
+# they still grow to about eight times those of training, and at $8\times$ BiPE-RoPE's
+# subject-letter loss is near $\ln 8$ (a blind guess) and its far loss is no lower than
+# that of "intra only", which has no inter-segment encoding at all. Whether the
+# inter-segment encodings find the previous sentence at all, at $2\times$ with RoPE or
+# at $8\times$ with ALiBi, depends at this training budget on the seed: the subject-letter
+# ratios against "intra only" are printed and recorded below (with the in-distribution
+# ones, where the lookup is learned), not claimed; "Across seeds" shows their spread.
 #
-# Thresholds were set on seeds 0–4 (the "intra only" and sinusoidal comparisons on
-# seed 0), with models trained on batches of 16 windows; each comment says what was
-# measured. Two changes came later, with every bar kept. Training now uses batches of
-# 8 windows, to fit the chapter's time budget. And the subject-letter loss at
-# $2\times$, where a long window holds only a few subject letters, came within 0.1 of
-# its bar on one of seeds 0–9 when read on the `n_eval` long windows; it is now read on
+# Two changes came after a failure. A claim that BiPE-RoPE's whole far $2\times$ loss
+# is at most 1.2 times its in-distribution loss (a bar loosened from 1.15) failed on
+# one of seeds 5–9 at 1.19; that ratio mixes the two halves, which the split shows
+# behave differently, so it is reported. And the two lookup ratios were claims (at most
+# 0.7 at $2\times$, 0.5 with ALiBi) that held on seeds 0–9 with training batches of 16
+# windows; training on batches of 8, to fit the chapter's time budget, they failed on
+# seed 1 (0.90 and 0.57), so they are reported. The $2\times$ split is read on
 # `n_eval_2x` windows of $2L$ characters, many more subject letters at the same
-# positions. How much of the previous sentence survives at twice the training length
-# still varies from seed to seed: this claim keeps the thinnest margin.
+# positions than the long windows hold.
+#
+# The remaining thresholds were set on seeds 0–4 (the sinusoidal comparison on seed
+# 0) with batches of 16 windows and kept for batches of 8; each comment says what was
+# measured.
 
 # %% tags=["thresholds"]
 # far(k) of BiPE-RoPE / far(k) of RoPE (and / sinusoidal at 8x); trials 0.24-0.37;
@@ -874,8 +875,9 @@ across = icmlbook.across_seeds(run)
 # and $\mathrm{intra}_t = 0$: BiPE-RoPE silently becomes plain RoPE and fails "BiPE
 # against flat RoPE" at $4\times$ and $8\times$ and the within-sentence claim. The unit
 # tests train this and other broken variants and check that each fails its claim: no
-# intra table (Eq. 2 forgotten) fails the in-distribution cost; the sign of Eq. 4
-# flipped, so that ALiBi rewards distant segments, fails both ALiBi claims; a
+# intra table (Eq. 2 forgotten) fails the in-distribution cost, with RoPE and with
+# ALiBi (where it fails "in-dist BiPE-ALiBi - ALiBi"); the sign of Eq. 4 flipped, so
+# that ALiBi rewards distant segments, fails the claim over all $8L$ tokens; a
 # segmentation that ignores the sentences fails "the segments must mean something" by
 # construction; and a "RoPE" baseline whose position ids are all 0, so that nothing
 # rotates, fails the blow-up check. Here are the ids the first bug produces:
@@ -1039,10 +1041,10 @@ icmlbook.explore(update, controls, run=run)
 # |---|---|---|
 # | method | BiPE: learned intra-segment APE + RoPE/ALiBi on segment indices | the same (Eqs. 1–4), from scratch on the book's tiny transformer |
 # | segments | full stop and newline of the LLaMA tokenizer | "." of a character-level toy language; chunk and random ablations (ours) |
-# | model, data | 151M LLaMA-style model, the Pile, train length 1024 | 2 layers, $d = 48$, ~60k parameters, chained toy sentences, train length 64 |
+# | model, data | 151M LLaMA-style model, the Pile, train length 1024 | 2 layers, $d = 48$, ~60k parameters, chained toy sentences, train length 64, 300 steps of 8 windows |
 # | evaluation | perplexity at 1–6× the training length (PG-19, ArXiv, GitHub) | per-position loss at 1–8× (Eq. 5), split into the letter that needs the previous sentence and all others (ours) |
 # | headline | BiPE extrapolates better than its flat counterpart, competitive in distribution | BiPE-RoPE's far loss at $4\times$ and $8\times$ at most `C_VS_FLAT` of RoPE's, in-distribution cost at most `C_INDIST_COST` nats (ablation claims) |
-# | which half | the intra-segment APE captures a segment's content, the inter-segment RPE gives extrapolation | the intra half carries it: other letters at $8\times$ at most `C_INTRA_HALF` of RoPE's (claim); the inter-segment RoPE helps at $2\times$ (subject letters at most `C_INTER_2X` of "intra only", claim) but **not at $8\times$**, where BiPE-RoPE guesses the subject blindly and is no better than "intra only" (reported, not claimed) |
+# | which half | the intra-segment APE captures a segment's content, the inter-segment RPE gives extrapolation | the intra half carries it: other letters at $8\times$ at most `C_INTRA_HALF` of RoPE's (claim); the inter-segment half is **not claimed**: at $8\times$ BiPE-RoPE guesses the subject blindly and is no better than "intra only", and whether the lookup of the previous sentence survives at $2\times$ (RoPE) or $8\times$ (ALiBi) depends on the seed at our training budget (reported) |
 # | segments that mean something | motivated by the segment statistics of text | chunks or random boundaries: far $8\times$ at least `C_SEGMENTS` times that with sentences (claim) |
 # | BiPE-ALiBi | better than ALiBi on long text and arithmetic | tied with ALiBi: at most `C_VS_ALIBI` nats above it over $8L$ and in distribution (baseline claims); ALiBi is already flat here; slopes × 12 where the official code has × 96 |
 # | sinusoidal baseline | one of the paper's baselines | token embeddings scaled by $\sqrt d$ as in Vaswani et al. and its own learning rate, so that it fits the training length (in-distribution loss within `C_FAIR_SIN` of RoPE's, a check); BiPE-RoPE's far $8\times$ at most `C_VS_FLAT` of its loss (baseline claim) |
