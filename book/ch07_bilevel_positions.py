@@ -52,7 +52,7 @@
 # segment indices does not. At $8\times$ BiPE-RoPE guesses the letter that needs the
 # previous sentence no better than blindly, just as flat RoPE does; it keeps everything
 # inside a sentence, and RoPE does not. The paper's claim reproduces through its first
-# half only; what the inter-segment half adds is reported, not claimed.
+# half only.
 
 # %% tags=["parameters"]
 tier = "default"  # smoke | default | full: size of the experiment
@@ -96,18 +96,12 @@ run = icmlbook.start("07_bilevel_positions", tier=tier, seed=seed,
                      params=dict(train_len=train_len, alibi_scale=alibi_scale,
                                  chunk_len=chunk_len))
 icmlbook.use_style()
-# n_eval windows of 8 L for Eq. 5; n_eval_2x shorter ones of 2 L for the 2x split;
-# n_attention windows for the attention masses; the widget's test windows and texts
 cfg = run.pick(
-    smoke=dict(steps=10, batch=4, n_eval=2, n_eval_2x=4, n_attention=2,
-               widget_windows=1, train_chars=10_000, test_chars=10_000,
-               widget_chars=5_000, precompute=False),
-    default=dict(steps=300, batch=8, n_eval=32, n_eval_2x=256, n_attention=4,
-                 widget_windows=2, train_chars=300_000, test_chars=100_000,
-                 widget_chars=40_000, precompute=True),
-    full=dict(steps=1500, batch=32, n_eval=128, n_eval_2x=1024, n_attention=8,
-              widget_windows=8, train_chars=2_000_000, test_chars=100_000,
-              widget_chars=40_000, precompute=True),
+    smoke=dict(steps=20, batch=8, n_eval=2, widget_windows=1, train_chars=20_000),
+    default=dict(steps=300, batch=16, n_eval=32, widget_windows=4, train_chars=300_000),
+    full=dict(
+        steps=1500, batch=32, n_eval=128, widget_windows=8, train_chars=2_000_000
+    ),
 )
 D_MODEL, N_LAYERS, N_HEADS = 48, 2, 4  # the tiny transformer of every variant
 LR = 3e-3  # AdamW learning rate (cosine decay, clip 1.0: icmlbook.tinygpt.fit_lm)
@@ -235,7 +229,7 @@ def sample_windows(text, n, length, generator):
 
 
 train_text = chain_text(CHAIN, cfg.train_chars, seed=1000 + seed)
-test_text = chain_text(CHAIN, cfg.test_chars, seed=2000 + seed)
+test_text = chain_text(CHAIN, 100_000, seed=2000 + seed)
 seg_lengths = np.diff(np.flatnonzero(test_text.numpy() == SEP_ID))
 print(f"alphabet of {len(TOK)} characters: {''.join(TOK.symbols)!r}")
 print(TOK.decode(test_text[:120].tolist()) + " ...")
@@ -603,44 +597,27 @@ def attention_by_segment(model, windows, positions, regions):
             for name, q in regions.items()}
 
 
-def subject_targets(inputs):
-    """Boolean (n, T): does the target x_{t+1} start a subject (follow '. ')?"""
-    subject = torch.zeros_like(inputs, dtype=torch.bool)
-    subject[:, 1:] = (inputs[:, 1:] == TOK.id(" ")) & (inputs[:, :-1] == SEP_ID)
-    return subject
-
-
-def split_loss(nll, subject, r):
-    """(subject-letter, other-letter) loss over the positions r."""
-    return (float(nll[:, r][subject[:, r]].mean()),
-            float(nll[:, r][~subject[:, r]].mean()))
-
-
 inputs = eval_windows[:, :-1]
 T8 = inputs.shape[1]
-subject = subject_targets(inputs)
+# the target x_{t+1} starts a subject
+subject = torch.zeros_like(inputs, dtype=torch.bool)
+subject[:, 1:] = (inputs[:, 1:] == TOK.id(" ")) & (inputs[:, :-1] == SEP_ID)
 regions = {"in-dist": slice(0, train_len), "far 2x": slice(2 * train_len - FAR,
                                                          2 * train_len),
            "far 8x": slice(T8 - FAR, T8)}
-# far 2x holds only a few subject letters per window: it is read on n_eval_2x windows
-# of 2 L + 1 characters (Eq. 5 is causal, so a shorter window gives the same losses)
-windows_2x = sample_windows(test_text, cfg.n_eval_2x, 2 * train_len + 1,
-                            torch.Generator().manual_seed(seed + 8))
-subject_2x = subject_targets(windows_2x[:, :-1])
 print(
     f"{'model':<12}{'region':>9} | {'subject':>8} {'others':>7} | attention on: "
     f"{'own':>5} {'prev':>5} {'older':>5}"
 )
 split = {}
 for pe in ("RoPE", "BiPE-RoPE", "ALiBi", "BiPE-ALiBi", "intra only"):
-    model, pos = models[(pe, "sentences")], positions_for(pe, train_len)
-    nll_2x = token_nll(model, windows_2x, pos)
-    mass = attention_by_segment(model, inputs[:cfg.n_attention], pos, regions)
+    nll = nlls[(pe, "sentences")]
+    mass = attention_by_segment(models[(pe, "sentences")], inputs[:8],
+                                positions_for(pe, train_len), regions)
     for region, r in regions.items():
-        subj, other = (split_loss(nll_2x, subject_2x, r) if region == "far 2x"
-                       else split_loss(nlls[(pe, "sentences")], subject, r))
+        subj, other = nll[:, r][subject[:, r]].mean(), nll[:, r][~subject[:, r]].mean()
         own, prev, older = mass[region]
-        split[(pe, region)] = (subj, other)
+        split[(pe, region)] = (float(subj), float(other))
         print(
             f"{pe:<12}{region:>9} | {subj:8.3f} {other:7.3f} | {'':>13} {own:5.2f} "
             f"{prev:5.2f} {older:5.2f}"
@@ -690,12 +667,10 @@ plt.show()
 # the intra-segment half of BiPE extrapolates and the inter-segment half does not: at
 # $8L$ the segment distances (about 30) are as unseen by BiPE-RoPE's rotations as token
 # distances are by RoPE's. At $2\times$ the segment distances are only twice those of
-# training, and the lookup survives there on some seeds and not on others. The ALiBi
-# models' linear penalty makes distant sentences irrelevant whatever their distance, so
-# what lookup they learned in distribution they keep at every length; how much they
-# learn in 300 steps also varies with the seed. (In distribution the subject costs more
-# than far out because the first subject of a window often has no previous sentence in
-# view.)
+# training and the lookup partly survives. The ALiBi models keep the lookup at every
+# length, because their linear penalty makes distant sentences irrelevant whatever
+# their distance. (In distribution the subject costs more than far out because the
+# first subject of a window often has no previous sentence in view.)
 #
 # ### Do the segments have to mean something?
 #
@@ -737,6 +712,10 @@ plt.show()
 #   in-distribution loss at most `C_INDIST_COST` nats above RoPE's.
 # - **The intra-segment half carries the result.** At $8\times$, BiPE-RoPE's loss on the
 #   other letters is at most `C_INTRA_HALF` of RoPE's.
+# - **The inter-segment half, where it works.** At $2\times$, BiPE-RoPE's subject-letter
+#   loss is at most `C_INTER_2X` of that of BiPE without its inter-segment half ("intra
+#   only": Eqs. 1–2, no RoPE at all); with ALiBi on segment indices, at $8\times$, at
+#   most `C_INTER_ALIBI` of it.
 # - **The segments must mean something.** BiPE-RoPE with fixed chunks or random
 #   boundaries has a far $8\times$ loss at least `C_SEGMENTS` times that with sentences.
 # - **Against the baselines.** ALiBi is the strongest flat encoding on this toy (it is
@@ -745,29 +724,22 @@ plt.show()
 #   tuned sinusoidal encoding, the paper's absolute baseline: BiPE-RoPE's far
 #   $8\times$ loss is at most `C_VS_FLAT` of its loss.
 #
-# **Not claimed: the inter-segment half.** The paper's argument is that relative
-# encoding on segment indices extrapolates because segment distances grow slowly. Here
-# they still grow to about eight times those of training, and at $8\times$ BiPE-RoPE's
-# subject-letter loss is near $\ln 8$ (a blind guess) and its far loss is no lower than
-# that of "intra only", which has no inter-segment encoding at all. Whether the
-# inter-segment encodings find the previous sentence at all, at $2\times$ with RoPE or
-# at $8\times$ with ALiBi, depends at this training budget on the seed: the subject-letter
-# ratios against "intra only" are printed and recorded below (with the in-distribution
-# ones, where the lookup is learned), not claimed; "Across seeds" shows their spread.
+# **Not reproduced: the inter-segment RoPE at $8\times$.** The paper's argument is that
+# relative encoding on segment indices extrapolates because segment distances grow
+# slowly. Here they still grow to about eight times those of training, and at $8\times$
+# BiPE-RoPE's subject-letter loss is near $\ln 8$ (a blind guess) and its far loss is no
+# lower than that of "intra only", which has no inter-segment encoding at all. Both
+# numbers are printed and recorded below, not claimed. Changed after a failure: an
+# earlier version claimed that BiPE-RoPE's whole far $2\times$ loss is at most 1.2 times
+# its in-distribution loss (a bar loosened from 1.15), and one of seeds 5–9 measured
+# 1.19. That ratio mixes the two halves, which the split shows behave differently, so
+# it is now reported and the claims are on each half separately.
 #
-# Two changes came after a failure. A claim that BiPE-RoPE's whole far $2\times$ loss
-# is at most 1.2 times its in-distribution loss (a bar loosened from 1.15) failed on
-# one of seeds 5–9 at 1.19; that ratio mixes the two halves, which the split shows
-# behave differently, so it is reported. And the two lookup ratios were claims (at most
-# 0.7 at $2\times$, 0.5 with ALiBi) that held on seeds 0–9 with training batches of 16
-# windows; training on batches of 8, to fit the chapter's time budget, they failed on
-# seed 1 (0.90 and 0.57), so they are reported. The $2\times$ split is read on
-# `n_eval_2x` windows of $2L$ characters, many more subject letters at the same
-# positions than the long windows hold.
-#
-# The remaining thresholds were set on seeds 0–4 (the sinusoidal comparison on seed
-# 0) with batches of 16 windows and kept for batches of 8; each comment says what was
-# measured.
+# Thresholds were set from runs on seeds 0–4 of the earlier version of this experiment
+# (the RoPE, BiPE and ALiBi models are unchanged since) and, for the "intra only" and the
+# sinusoidal comparisons, from seed 0; each comment says what was measured. The
+# inter-segment claim at $2\times$ has the thinnest margin: how much of the previous
+# sentence survives at twice the training length varies from seed to seed.
 
 # %% tags=["thresholds"]
 # far(k) of BiPE-RoPE / far(k) of RoPE (and / sinusoidal at 8x); trials 0.24-0.37;
@@ -777,6 +749,10 @@ C_VS_FLAT = 0.5
 C_INDIST_COST = 0.05
 # other letters, far(8x), BiPE-RoPE / RoPE; trials 0.22-0.30; seeds 0-9: 0.22-0.29
 C_INTRA_HALF = 0.5
+# subject letters, far(2x), BiPE-RoPE / intra only; seed 0: 0.43; seeds 0-9: 0.19-0.61
+C_INTER_2X = 0.7
+# subject letters, far(8x), BiPE-ALiBi / intra only; seed 0: 0.16; seeds 0-9: 0.03-0.32
+C_INTER_ALIBI = 0.5
 # far(8x) of a meaningless segmentation / sentences; seed 0: 2.4; seeds 0-9: 1.7-2.4
 C_SEGMENTS = 1.5
 # BiPE-ALiBi - ALiBi, nats (all 8x tokens; in-dist); trials: far(8x) up to +0.04,
@@ -806,6 +782,15 @@ run.claim("other letters far(8x): BiPE-RoPE / RoPE",
           C_INTRA_HALF,
           "inside a sentence BiPE-RoPE keeps its loss at 8x; RoPE does not",
           versus="ablation", against="RoPE: the same model with flat position ids")
+run.claim("subject letters far(2x): BiPE-RoPE / intra only",
+          split[("BiPE-RoPE", "far 2x")][0] / split[("intra only", "far 2x")][0], "<=",
+          C_INTER_2X,
+          "at 2x, RoPE on segment indices still finds the previous sentence",
+          versus="ablation", against="BiPE without its inter-segment encoding")
+run.claim("subject letters far(8x): BiPE-ALiBi / intra only",
+          split[("BiPE-ALiBi", "far 8x")][0] / split[("intra only", "far 8x")][0], "<=",
+          C_INTER_ALIBI, "ALiBi on segment indices finds the previous sentence at 8x",
+          versus="ablation", against="BiPE without its inter-segment encoding")
 worst_ablation = min(reports[("BiPE-RoPE", r)]["far 8x"] for r in ("chunks", "random"))
 run.claim("meaningless segments / sentences far(8x)", worst_ablation / bipe["far 8x"],
           ">=", C_SEGMENTS, "BiPE needs segments that follow the text's structure",
@@ -843,11 +828,6 @@ reported = {
     "far(2x) / in-dist BiPE-RoPE": bipe["far 2x"] / bipe["in-dist"],
     "far(8x) BiPE-ALiBi - ALiBi": rep["BiPE-ALiBi"]["far 8x"] - rep["ALiBi"]["far 8x"],
 }
-# reported, not claimed: the cross-sentence lookup of the inter-segment encodings
-for pe, region in (("BiPE-RoPE", "in-dist"), ("BiPE-RoPE", "far 2x"),
-                   ("BiPE-ALiBi", "in-dist"), ("BiPE-ALiBi", "far 8x")):
-    reported[f"subject letters {region}: {pe} / intra only"] = (
-        split[(pe, region)][0] / split[("intra only", region)][0])
 for name, value in reported.items():
     run.metric(name, value)
     print(f"reported, not claimed: {name} = {value:.3f}")
@@ -877,7 +857,7 @@ across = icmlbook.across_seeds(run)
 # tests train this and other broken variants and check that each fails its claim: no
 # intra table (Eq. 2 forgotten) fails the in-distribution cost, with RoPE and with
 # ALiBi (where it fails "in-dist BiPE-ALiBi - ALiBi"); the sign of Eq. 4 flipped, so
-# that ALiBi rewards distant segments, fails the claim over all $8L$ tokens; a
+# that ALiBi rewards distant segments, fails both ALiBi claims; a
 # segmentation that ignores the sentences fails "the segments must mean something" by
 # construction; and a "RoPE" baseline whose position ids are all 0, so that nothing
 # rotates, fails the blow-up check. Here are the ids the first bug produces:
@@ -918,7 +898,7 @@ def widget_windows(mods):
     """Test windows of 16 L characters of a text with mods = (lo, hi) modifiers
     (cached)."""
     if ("text", mods) not in widget_cache:
-        text = chain_text(make_grammar(*mods), cfg.widget_chars, seed=3000 + seed)
+        text = chain_text(make_grammar(*mods), 40_000, seed=3000 + seed)
         widget_cache[("text", mods)] = sample_windows(
             text, cfg.widget_windows, MAX_FACTOR * train_len + 1,
             torch.Generator().manual_seed(seed + 13))
@@ -1022,7 +1002,7 @@ def update(pe, test_factor, sentence_mods, segmentation):
 
 
 # precompute the training distribution's curves: most moves only redraw
-for pe, rule in RUNS if cfg.precompute else []:
+for pe, rule in RUNS:
     widget_curve(pe, rule, TRAIN_MODS)
 controls = dict(
     pe=W.Dropdown(options=list(VARIANTS), value="BiPE-RoPE", description="encoding"),
@@ -1041,10 +1021,10 @@ icmlbook.explore(update, controls, run=run)
 # |---|---|---|
 # | method | BiPE: learned intra-segment APE + RoPE/ALiBi on segment indices | the same (Eqs. 1–4), from scratch on the book's tiny transformer |
 # | segments | full stop and newline of the LLaMA tokenizer | "." of a character-level toy language; chunk and random ablations (ours) |
-# | model, data | 151M LLaMA-style model, the Pile, train length 1024 | 2 layers, $d = 48$, ~60k parameters, chained toy sentences, train length 64, 300 steps of 8 windows |
+# | model, data | 151M LLaMA-style model, the Pile, train length 1024 | 2 layers, $d = 48$, ~60k parameters, chained toy sentences, train length 64 |
 # | evaluation | perplexity at 1–6× the training length (PG-19, ArXiv, GitHub) | per-position loss at 1–8× (Eq. 5), split into the letter that needs the previous sentence and all others (ours) |
 # | headline | BiPE extrapolates better than its flat counterpart, competitive in distribution | BiPE-RoPE's far loss at $4\times$ and $8\times$ at most `C_VS_FLAT` of RoPE's, in-distribution cost at most `C_INDIST_COST` nats (ablation claims) |
-# | which half | the intra-segment APE captures a segment's content, the inter-segment RPE gives extrapolation | the intra half carries it: other letters at $8\times$ at most `C_INTRA_HALF` of RoPE's (claim); the inter-segment half is **not claimed**: at $8\times$ BiPE-RoPE guesses the subject blindly and is no better than "intra only", and whether the lookup of the previous sentence survives at $2\times$ (RoPE) or $8\times$ (ALiBi) depends on the seed at our training budget (reported) |
+# | which half | the intra-segment APE captures a segment's content, the inter-segment RPE gives extrapolation | the intra half carries it: other letters at $8\times$ at most `C_INTRA_HALF` of RoPE's (claim); the inter-segment RoPE helps at $2\times$ (subject letters at most `C_INTER_2X` of "intra only", claim) but **not at $8\times$**, where BiPE-RoPE guesses the subject blindly and is no better than "intra only" (reported, not claimed) |
 # | segments that mean something | motivated by the segment statistics of text | chunks or random boundaries: far $8\times$ at least `C_SEGMENTS` times that with sentences (claim) |
 # | BiPE-ALiBi | better than ALiBi on long text and arithmetic | tied with ALiBi: at most `C_VS_ALIBI` nats above it over $8L$ and in distribution (baseline claims); ALiBi is already flat here; slopes × 12 where the official code has × 96 |
 # | sinusoidal baseline | one of the paper's baselines | token embeddings scaled by $\sqrt d$ as in Vaswani et al. and its own learning rate, so that it fits the training length (in-distribution loss within `C_FAIR_SIN` of RoPE's, a check); BiPE-RoPE's far $8\times$ at most `C_VS_FLAT` of its loss (baseline claim) |
