@@ -855,8 +855,10 @@ across = icmlbook.across_seeds(run)
 # and $\mathrm{intra}_t = 0$: BiPE-RoPE silently becomes plain RoPE and fails "BiPE
 # against flat RoPE" at $4\times$ and $8\times$ and the within-sentence claim. The unit
 # tests train this and other broken variants and check that each fails its claim: no
-# intra table (Eq. 2 forgotten) fails the in-distribution cost; the sign of Eq. 4
-# flipped, so that ALiBi rewards distant segments, fails both ALiBi claims; a
+# intra table (Eq. 2 forgotten) fails the in-distribution cost; segment indices
+# scrambled before Eq. 4 (a fixed shuffle of the positions) fail "in-dist BiPE-ALiBi -
+# ALiBi"; the sign of Eq. 4 flipped, so that ALiBi rewards distant segments, fails the
+# ALiBi claims over all $8L$ tokens and on the subject letters at $8\times$; a
 # segmentation that ignores the sentences fails "the segments must mean something" by
 # construction; and a "RoPE" baseline whose position ids are all 0, so that nothing
 # rotates, fails the blow-up check. Here are the ids the first bug produces:

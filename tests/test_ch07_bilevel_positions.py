@@ -155,6 +155,13 @@ def zero_ids(idx):
     return dict(rel_pos=torch.zeros_like(idx))
 
 
+def scrambled_seg_ids(idx):
+    """Broken BiPE-ALiBi: the segment indices reach Eq. 4 in a fixed shuffled order."""
+    intra, seg = ch.bilevel_ids(ch.segment_ends(idx), L)
+    perm = torch.randperm(8 * L, generator=torch.Generator().manual_seed(5))
+    return dict(abs_pos=intra, rel_pos=seg[:, perm[perm < idx.shape[1]]])
+
+
 def split_report(nll, inputs):
     """The chapter's split: (subject-letter, other-letter) loss in distribution, far 2x, 8x."""
     subject = torch.zeros_like(inputs, dtype=torch.bool)
@@ -188,6 +195,7 @@ def trained():
         "no intra table": ("BiPE-RoPE", "sentences", ch.bipe_positions(L),
                            ch.make_model("RoPE", L)),
         "ALiBi sign flipped": ("BiPE-ALiBi", "sentences", flipped_seg_ids, None),
+        "ALiBi segments scrambled": ("BiPE-ALiBi", "sentences", scrambled_seg_ids, None),
         "RoPE without rotation": ("RoPE", "sentences", zero_ids, None),
     }
     out = {}
@@ -271,3 +279,11 @@ def test_alibi_claims_fail_with_the_sign_of_eq4_flipped(trained):
 
 def test_the_sinusoidal_baseline_is_fair(trained):
     assert trained["sinusoidal"]["in-dist"] - trained["RoPE"]["in-dist"] <= ch.C_FAIR_SIN
+
+
+def test_alibi_indist_claim_fails_with_scrambled_segment_indices(trained):
+    alibi = trained["ALiBi"]
+    assert trained["BiPE-ALiBi"]["in-dist"] - alibi["in-dist"] <= ch.C_VS_ALIBI
+    # Eq. 4 on a shuffled segment index: the penalty no longer follows the sentences
+    broken = trained["ALiBi segments scrambled"]
+    assert broken["in-dist"] - alibi["in-dist"] > ch.C_VS_ALIBI
