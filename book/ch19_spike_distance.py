@@ -42,11 +42,12 @@
 # 60 ms late (within the range of retinal ganglion cells), the distance model beats a
 # Poisson model trained on its own 48 ms span (the objective swapped, all else equal)
 # on Schreiber similarity at 2 ms, and short-interval Poisson models collapse to almost
-# no spikes. What does **not** reproduce on every seed is the paper's headline against
-# the best Poisson model: against the best of 15 Poisson variants (5 intervals, 3 ways
-# to turn a rate into spikes), picked as a user would pick it on a held-out validation
-# recording (an addition of this book), the distance model usually leads but sometimes
-# falls short, so we report that comparison and do not claim it. We also show where
+# no spikes. The paper's headline against the *best* Poisson model reproduces only
+# in part: against the best of 15 Poisson variants (5 intervals, 3 ways to turn a rate
+# into spikes), picked as a user would pick it on a held-out validation recording (an
+# addition of this book), the distance model leads at our default training budget, but
+# with a longer training run it fell short on a seed, so we report that comparison and
+# do not claim it. We also show where
 # the advantage goes: for a cell that answers within about 20 ms, the Poisson models
 # that step forward 10–20 ms at a time see stimulus the distance model has not seen,
 # and the lead fades. On the van Rossum distance at $\tau = 5$ ms no predictor, not
@@ -1120,11 +1121,13 @@ print(f"delayed cell, van Rossum at 5 ms: best of all predictors {vr5_best:.3f} 
 # so the headline cell now has a retinal latency. And the comparison with the best
 # Poisson model was first a claim with the Poisson variant picked in hindsight on the
 # test data, where it failed on a seed; picked on the validation recording instead, as
-# a user would tune it, it still falls short of a match on that seed (the same variant
-# wins on both recordings), so it is now a reported result, not a claim.
+# a user would tune it, it still fell short of a match on that seed (the same variant
+# won on both recordings, with 1500 training steps per model), so it is now a reported
+# result, not a claim; the default tier has since been cut to 1000 steps.
 
 # %% tags=["thresholds"]
 # Sch@2ms distance / the best Poisson on the 48 ms span; trial run seed 0: about 2.0
+# (with 1500 training steps; the default tier trains 1000 since)
 C_VS_SAME_SPAN = 1.2
 # largest count share of round/floor Poisson at L = 2, 5 ms; trial run seed 0: 0
 C_COLLAPSE = 0.05
@@ -1199,10 +1202,13 @@ run.verdict()
 #
 # The ablation against the same-span Poisson model and the collapse of short intervals
 # hold with wide margins. The comparison with the Poisson model tuned on validation is
-# not in the table: it is a reported result, because on at least one of these seeds the
-# distance model falls short of a match (the printout above shows this run's ratio).
-# At our scale the paper's "outperforms Poisson models" holds against a Poisson model
-# on the same span, not against the best Poisson model a user could pick.
+# not in the table: it is a reported result (the printout above shows this run's
+# ratio). With the default tier's 1000 training steps per model the distance model
+# matched or beat the tuned Poisson model on each of seeds 0-9, but with 1500 steps it
+# fell short on one of them, and a lead that comes and goes with the training budget is
+# not one we enforce. At our scale the paper's "outperforms Poisson models" holds
+# firmly against a Poisson model on the same span, and only as "about a match, usually
+# a lead" against the best Poisson model a user could pick.
 
 # %%
 across = icmlbook.across_seeds(run)
@@ -1231,11 +1237,12 @@ for cell in CELLS:
 run.metric("cell_contrast", contrast)
 
 # %% [markdown]
-# On the delayed cell the distance model leads at every width. On the fast cell it still
-# beats the Poisson model on its own span (the ablation: both see the same stimulus), but
+# In this run the distance model leads on the delayed cell at every width. On the fast
+# cell it still beats the Poisson model on its own span (the ablation: both see the
+# same stimulus), but
 # its lead over the best Poisson model, which steps forward 10–20 ms at a time, is gone:
-# the ratio is at or below about 1 at 2, 5 and 10 ms (printed above; the same pattern
-# holds on seeds 0-9, though we do not enforce it). The spike distance helps with
+# the ratio is about 1 or below at 2, 5 and 10 ms (printed above; the same holds on
+# seeds 0-9, though we do not enforce it). The spike distance helps with
 # *timing*; it cannot time spikes driven by stimulus the model has not been shown. Had
 # we given the models the stimulus over the predicted span, as an earlier version of
 # this chapter did, the distance model would lead on the fast cell too; that protocol is
@@ -1361,7 +1368,7 @@ icmlbook.explore(explore_inference, controls, run=run)
 # | baselines | Poisson models at several intervals, round / floor / sample, spikes evenly placed | the same at $L \in \{2, 5, 10, 20, 48\}$ ms, one network with 5 heads; the variant a claim is made against is the best of the 15 on a validation recording of the same neuron (the best on the test data, in hindsight, is reported) |
 # | protocol | autoregressive rollout on the test recording, stride 80 ms (distance) or $L$ | the same, stride 48 ms or $L$, in parallel test segments that each start from the recorded history |
 # | metrics | Schreiber similarity, van Rossum distance, smoothed correlation | the same three; claims use Schreiber similarity at 2 ms and spike counts |
-# | result | the distance model outperforms Poisson models at spike-train inference | delayed cell: Sch@2ms ≥ 1.2 × the same-span Poisson model (`C_VS_SAME_SPAN`); against the Poisson model tuned on validation, a lead on most seeds but not on all (reported, not claimed); round/floor at $L \le 5$ ms emit ≤ 5% of the spikes (`C_COLLAPSE`); fast cell: no clear lead over the best Poisson model (reported, not claimed); van Rossum at 5 ms: no predictor beats an empty one (reported) |
+# | result | the distance model outperforms Poisson models at spike-train inference | delayed cell: Sch@2ms ≥ 1.2 × the same-span Poisson model (`C_VS_SAME_SPAN`); against the Poisson model tuned on validation, a lead on seeds 0-9 at 1000 training steps but not on every seed at 1500 (reported, not claimed); round/floor at $L \le 5$ ms emit ≤ 5% of the spikes (`C_COLLAPSE`); fast cell: no clear lead over the best Poisson model (reported, not claimed); van Rossum at 5 ms: no predictor beats an empty one (reported) |
 #
 # Notes. (i) The neurons are simulated; the paper's cells, their reliability and their
 # latency are not ours, and **the advantage depends on the cell**: it shows for a cell
