@@ -41,9 +41,13 @@
 # out on its own predictions. Under it, for a cell that answers the stimulus about
 # 60 ms late (within the range of retinal ganglion cells), the distance model beats a
 # Poisson model trained on its own 48 ms span (the objective swapped, all else equal)
-# and at least matches the best of 15 Poisson models (5 intervals, 3 ways to turn a
-# rate into spikes) picked in hindsight on the test data, on Schreiber similarity at
-# 2 ms; short-interval Poisson models collapse to almost no spikes. We also show where
+# on Schreiber similarity at 2 ms, and short-interval Poisson models collapse to almost
+# no spikes. The paper's headline against the *best* Poisson model reproduces only
+# in part: against the best of 15 Poisson variants (5 intervals, 3 ways to turn a rate
+# into spikes), picked as a user would pick it on a held-out validation recording (an
+# addition of this book), the distance model leads at our default training budget, but
+# with a longer training run it fell short on a seed, so we report that comparison and
+# do not claim it. We also show where
 # the advantage goes: for a cell that answers within about 20 ms, the Poisson models
 # that step forward 10–20 ms at a time see stimulus the distance model has not seen,
 # and the lead fades. On the van Rossum distance at $\tau = 5$ ms no predictor, not
@@ -87,16 +91,16 @@ run = icmlbook.start("19_spike_distance", tier=tier, seed=seed,
 icmlbook.use_style()
 cfg = run.pick(
     smoke=dict(
-        train_s=10, steps=20, batch=64, n_seg=2, seg_ms=240, n_roundtrip=10, n_noisy=1
+        train_s=3, steps=8, batch=32, n_seg=2, seg_ms=96, n_roundtrip=4, n_noisy=1
     ),
     default=dict(
         train_s=150,
-        steps=1500,
+        steps=1000,
         batch=128,
         n_seg=32,
         seg_ms=1920,
-        n_roundtrip=200,
-        n_noisy=12,
+        n_roundtrip=100,
+        n_noisy=6,
     ),
     full=dict(
         train_s=400,
@@ -484,11 +488,15 @@ def infer_spikes(
     jitter = 1.0 + 0.05 * (rng.random(N) if rng is not None else np.zeros(N))
     # visit high d first
     score = [(d_hat[n] if n < P else d_max) * jitter[n] for n in range(N)]
+    seen = [None] * N  # the neighbours at a candidate's last visit
     changed = True
     while changed:
         changed = False
         for n in sorted((n for n in range(N) if alive[n]), key=lambda n: -score[n]):
             a, b = left[n], right[n]
+            if seen[n] == (a, b):
+                continue  # same neighbours, same Delta J: it stays, score unchanged
+            seen[n] = (a, b)
             with_n = segment_loss(a, n, d_hat, w, d_max) + segment_loss(
                 n, b, d_hat, w, d_max
             )
@@ -558,10 +566,11 @@ def infer_spikes_dp(d_hat, d_max, w_low=0.3):
 # stride: same input, same network, same rollout, only the objective differs, so it is
 # the **ablation** of the spike distance. And a careful user of Poisson models would
 # not fix $L$ and the decision in advance: she would pick the pair that scores best on
-# held-out data. We give her more than that: the **best Poisson** model is the best of
-# all 15 pairs chosen in hindsight on the test data itself, at the smoothing width being
-# scored. No user could make that choice, so it is an upper bound on the strongest fair
-# baseline.
+# held-out data. The **tuned Poisson** model is that pick: the best of all 15 pairs on
+# a validation recording of the same neuron (below). For the figures and the fast cell
+# we also show the **best Poisson** model in hindsight, the best pair on the test data
+# itself at the smoothing width being scored; no user could make that choice, so it is
+# an upper bound on the strongest fair baseline.
 
 # %%
 def poisson_counts(rate, mode, rng):
@@ -1021,12 +1030,47 @@ axes[0].legend(fontsize=7, title=f"Poisson: faint L = 2 ms to full L = {PRED_LEN
 plt.show()
 
 # %% [markdown]
+# ### Tuning the Poisson baseline on held-out data
+#
+# Which of the 15 Poisson variants should the delayed cell's baseline be? A careful user
+# picks the one that scores best on data she holds out, not on the data she reports.
+# We draw a **validation recording** from the same neuron (fresh flicker, fresh spikes,
+# as long as the test recording, from its own random stream so that training and test
+# are untouched), roll every Poisson variant out on it under the same protocol, and keep
+# the variant with the highest Schreiber similarity at 2 ms. Its score on the *test*
+# recording is the baseline of the claim below. The best variant in hindsight, picked on
+# the test data itself, is printed next to it: no user can make that choice, so it is
+# an upper bound on the baseline, not the baseline.
+
+# %%
+D = "delayed"  # the cell every claim is made on
+val_rng = np.random.default_rng(seed + 200)
+stim_val = flicker(len(stim_test), val_rng)
+val_spikes = simulate_spikes(generator_signal(stim_val, filters[D]),
+                             CELLS[D]["base"], CELLS[D]["gain"], val_rng)
+val_truth = concat_segments(val_spikes, starts, cfg.seg_ms)
+val_sch = {}
+for L in INTERVALS:
+    for mode, train in rollout_poisson(models[D][1], stim_val, val_spikes, starts,
+                                       cfg.seg_ms, L, MODES, val_rng).items():
+        val_sch[f"Poisson L={L} {mode}"] = schreiber(val_truth, train, 2)
+val_name = max(POISSON, key=val_sch.get)  # the variant a user would deploy
+MATCH = 1.0  # distance / tuned Poisson at 1: the distance model matches it
+hind_name, hind_score = poisson_best(D, SIGMAS.index(2))
+print(f"validation recording: {int(val_truth.sum())} spikes; best Poisson variant at "
+      f"2 ms: {val_name} ({val_sch[val_name]:.3f} on validation, "
+      f"{results[D]['sch'][val_name][SIGMAS.index(2)]:.3f} on test)")
+print(f"best Poisson variant in hindsight on the test data: {hind_name} "
+      f"({hind_score:.3f})")
+
+# %% [markdown]
 # ### Every metric
 #
 # Schreiber similarity at three widths, the van Rossum distance at $\tau = 5$ and
 # 20 ms (divided by that of an empty prediction), and the smoothed correlation at 5 ms,
-# for the distance model, the Poisson variants that score best at 2 and 10 ms, the
-# Poisson model on the distance model's span, and the repeat trial.
+# for the distance model, the Poisson variants that score best at 2 and 10 ms (in
+# hindsight), the one picked on the validation recording, the Poisson model on the
+# distance model's span, and the repeat trial.
 
 # %%
 i2, i5, i10 = SIGMAS.index(2), SIGMAS.index(5), SIGMAS.index(10)
@@ -1038,6 +1082,8 @@ for cell in CELLS:
     names = ["distance", "repeat trial", poisson_best(cell, i2)[0],
              poisson_best(cell, i10)[0],
              poisson_best(cell, i2, [f"Poisson L={PRED_LEN} {m}" for m in MODES])[0]]
+    if cell == D:
+        names.append(val_name)
     for name in dict.fromkeys(names):
         p = r["preds"][name]
         row = (int(p.sum()), *r["sch"][name][[i2, i5, i10]],
@@ -1072,14 +1118,17 @@ print(f"delayed cell, van Rossum at 5 ms: best of all predictors {vr5_best:.3f} 
 # evidence for the paper). Changed after a failure: in an earlier version the models
 # saw the stimulus over the predicted span and the cell answered within 20 ms; under
 # the paper's protocol that cell gives the distance model no lead (the contrast below),
-# so the headline cell now has a retinal latency.
+# so the headline cell now has a retinal latency. And the comparison with the best
+# Poisson model was first a claim with the Poisson variant picked in hindsight on the
+# test data, where it failed on a seed; picked on the validation recording instead, as
+# a user would tune it, it still fell short of a match on that seed (the same variant
+# won on both recordings, with 1500 training steps per model), so it is now a reported
+# result, not a claim; the default tier has since been cut to 1000 steps.
 
 # %% tags=["thresholds"]
 # Sch@2ms distance / the best Poisson on the 48 ms span; trial run seed 0: about 2.0
+# (with 1500 training steps; the default tier trains 1000 since)
 C_VS_SAME_SPAN = 1.2
-# Sch@2ms distance / the best of 15 Poisson variants in hindsight: at least a match
-# (the maximum of 15 noisy scores is biased upward); trial run seed 0: about 1.17
-C_VS_BEST = 1.0
 # largest count share of round/floor Poisson at L = 2, 5 ms; trial run seed 0: 0
 C_COLLAPSE = 0.05
 # share of noise-free distance curves the greedy inverts exactly (exactness, Eq. 5)
@@ -1090,16 +1139,16 @@ C_GREEDY_GAP = 1.05
 C_UNIT_SD = 0.1
 
 # %%
-D = "delayed"
 same_span = [f"Poisson L={PRED_LEN} {m}" for m in MODES]
 span_name, span_score = poisson_best(D, i2, same_span)
 dist_score = float(results[D]["sch"]["distance"][i2])
-best_name, best_score = poisson_best(D, i2)
+val_score = float(results[D]["sch"][val_name][i2])  # the tuned baseline, on test
 collapse = max(count_ratio(D, f"Poisson L={L} {m}")
                for L in (2, 5) for m in ("round", "floor"))
 print(f"Schreiber at 2 ms, delayed cell: distance model {dist_score:.3f}; "
-      f"same-span Poisson ({span_name}) {span_score:.3f}; best Poisson in hindsight "
-      f"({best_name}) {best_score:.3f}")
+      f"same-span Poisson ({span_name}) {span_score:.3f}; Poisson tuned on validation "
+      f"({val_name}) {val_score:.3f}; best Poisson in hindsight ({hind_name}) "
+      f"{hind_score:.3f}, ratio {dist_score / max(hind_score, 0.01):.3f} (reported)")
 run.claim(
     "Sch@2ms distance / Poisson on the same 48 ms span",
     dist_score / max(span_score, 0.01),
@@ -1110,16 +1159,9 @@ run.claim(
     versus="ablation",
     against="Poisson count objective, L = 48 ms, best of round/floor/sample",
 )
-run.claim(
-    "Sch@2ms distance / best Poisson in hindsight",
-    dist_score / max(best_score, 0.01),
-    ">=",
-    C_VS_BEST,
-    "At 2 ms the distance model's spike trains are at least as similar to the recorded "
-    "ones as those of the best of 15 Poisson variants, picked on the test data",
-    versus="baseline",
-    against="Poisson, L in {2, 5, 10, 20, 48} x round/floor/sample, best in hindsight",
-)
+vs_tuned = dist_score / max(val_score, 0.01)
+print(f"reported, not claimed: Sch@2ms distance / Poisson tuned on validation "
+      f"{vs_tuned:.3f} ({'at least' if vs_tuned >= MATCH else 'short of'} a match)")
 run.claim(
     "short-interval Poisson count share (round/floor, L<=5)",
     collapse,
@@ -1141,6 +1183,9 @@ run.metric("schreiber_distance",
            {f"{s}ms": float(v) for s, v in zip(SIGMAS, results[D]["sch"]["distance"])})
 run.metric("schreiber_best_poisson_hindsight",
            {f"{s}ms": poisson_best(D, i)[1] for i, s in enumerate(SIGMAS)})
+run.metric("poisson_validation_pick",
+           dict(name=val_name, validation=float(val_sch[val_name]), test=val_score,
+                ratio=vs_tuned, ratio_hindsight=dist_score / max(hind_score, 0.01)))
 run.metric("van_rossum_5ms_best", vr5_best);
 
 # %%
@@ -1155,11 +1200,15 @@ run.verdict()
 # over seeds 0-9 at the default tier, with the number of seeds on which it holds and
 # its worst margin (how far inside the threshold the worst seed stayed).
 #
-# The baseline claim against the best Poisson model in hindsight is the thin one: on
-# most seeds the distance model leads by a clear margin, but not on every seed (the
-# table shows how many), so at our scale "outperforms the best Poisson model" holds
-# only as "usually matches or beats it"; the ablation against the same-span Poisson
-# model and the collapse of short intervals hold with wide margins.
+# The ablation against the same-span Poisson model and the collapse of short intervals
+# hold with wide margins. The comparison with the Poisson model tuned on validation is
+# not in the table: it is a reported result (the printout above shows this run's
+# ratio). With the default tier's 1000 training steps per model the distance model
+# matched or beat the tuned Poisson model on each of seeds 0-9, but with 1500 steps it
+# fell short on one of them, and a lead that comes and goes with the training budget is
+# not one we enforce. At our scale the paper's "outperforms Poisson models" holds
+# firmly against a Poisson model on the same span, and only as "about a match, usually
+# a lead" against the best Poisson model a user could pick.
 
 # %%
 across = icmlbook.across_seeds(run)
@@ -1188,11 +1237,12 @@ for cell in CELLS:
 run.metric("cell_contrast", contrast)
 
 # %% [markdown]
-# On the delayed cell the distance model leads at every width. On the fast cell it still
-# beats the Poisson model on its own span (the ablation: both see the same stimulus), but
+# In this run the distance model leads on the delayed cell at every width. On the fast
+# cell it still beats the Poisson model on its own span (the ablation: both see the
+# same stimulus), but
 # its lead over the best Poisson model, which steps forward 10–20 ms at a time, is gone:
-# the ratio is at or below about 1 at 2, 5 and 10 ms (printed above; the same pattern
-# holds on seeds 0-9, though we do not enforce it). The spike distance helps with
+# the ratio is about 1 or below at 2, 5 and 10 ms (printed above; the same holds on
+# seeds 0-9, though we do not enforce it). The spike distance helps with
 # *timing*; it cannot time spikes driven by stimulus the model has not been shown. Had
 # we given the models the stimulus over the predicted span, as an earlier version of
 # this chapter did, the distance model would lead on the fast cell too; that protocol is
@@ -1315,17 +1365,17 @@ icmlbook.explore(explore_inference, controls, run=run)
 # | target | spike distance, $d_{\max} = 200$ ms, future spikes only, 0.25 at spikes, 80 ms predicted | the same with $d_{\max} = 50$ ms and a 48 ms span (Eq. 2) |
 # | model | U-Net-style CNN, log-distance output, $3\cdot$MSE | a 2-layer strided CNN, same output and loss (Eq. 3) |
 # | inference | greedy removal over a linked list of candidates with confidence weights 1 → 0.3 and sparse end nodes | the same idea, with dense end nodes up to $d_{\max}$ past the window; checked against an exact DP (Eqs. 4–5) |
-# | baselines | Poisson models at several intervals, round / floor / sample, spikes evenly placed | the same at $L \in \{2, 5, 10, 20, 48\}$ ms, one network with 5 heads; the best of the 15 variants is picked in hindsight on the test data |
+# | baselines | Poisson models at several intervals, round / floor / sample, spikes evenly placed | the same at $L \in \{2, 5, 10, 20, 48\}$ ms, one network with 5 heads; the variant a claim is made against is the best of the 15 on a validation recording of the same neuron (the best on the test data, in hindsight, is reported) |
 # | protocol | autoregressive rollout on the test recording, stride 80 ms (distance) or $L$ | the same, stride 48 ms or $L$, in parallel test segments that each start from the recorded history |
 # | metrics | Schreiber similarity, van Rossum distance, smoothed correlation | the same three; claims use Schreiber similarity at 2 ms and spike counts |
-# | result | the distance model outperforms Poisson models at spike-train inference | delayed cell: Sch@2ms ≥ 1.2 × the same-span Poisson model (`C_VS_SAME_SPAN`) and ≥ 1.0 × the best Poisson model in hindsight (`C_VS_BEST`); round/floor at $L \le 5$ ms emit ≤ 5% of the spikes (`C_COLLAPSE`); fast cell: no clear lead over the best Poisson model (reported, not claimed); van Rossum at 5 ms: no predictor beats an empty one (reported) |
+# | result | the distance model outperforms Poisson models at spike-train inference | delayed cell: Sch@2ms ≥ 1.2 × the same-span Poisson model (`C_VS_SAME_SPAN`); against the Poisson model tuned on validation, a lead on seeds 0-9 at 1000 training steps but not on every seed at 1500 (reported, not claimed); round/floor at $L \le 5$ ms emit ≤ 5% of the spikes (`C_COLLAPSE`); fast cell: no clear lead over the best Poisson model (reported, not claimed); van Rossum at 5 ms: no predictor beats an empty one (reported) |
 #
 # Notes. (i) The neurons are simulated; the paper's cells, their reliability and their
 # latency are not ours, and **the advantage depends on the cell**: it shows for a cell
 # that fires on a minority of its driving events and answers later than a good part of
-# the prediction span. (ii) The best Poisson variant is picked in hindsight on the test
-# data, an advantage no user has; a claim of "at least a match" against it is stronger
-# than a margin over any variant fixed in advance. (iii) The repeat trial is a *random* sample of
+# the prediction span. (ii) The baseline variant is picked on a validation recording,
+# as a user would pick it; the best variant in hindsight on the test data, an
+# advantage no user has, is printed next to it and is not claimed against. (iii) The repeat trial is a *random* sample of
 # the true neuron, so a deterministic predictor that puts spikes on the most likely
 # times can exceed it, as the distance model does here; it is a reference, not a
 # ceiling. (iv) We did not retrieve the paper's numbers, so we compare with its claims,

@@ -196,10 +196,17 @@ def small_run():
     stim_t = ch.flicker(int(starts[-1]) + seg + ch.PRED_LEN, rng)
     test = ch.simulate_spikes(ch.generator_signal(stim_t, k), p["base"], p["gain"], rng)
     truth = np.concatenate([test[s:s + seg] for s in starts])
-    poisson = {(L, m): v for L in (2, 5, ch.PRED_LEN) for m, v in
+    poisson = {(L, m): v for L in ch.INTERVALS for m, v in
                ch.rollout_poisson(pnet, stim_t, test, starts, seg, L, ch.MODES, rng).items()}
+    # a validation recording from the same neuron: the Poisson variant a user would pick
+    vrng = np.random.default_rng(100)
+    stim_v = ch.flicker(len(stim_t), vrng)
+    val = ch.simulate_spikes(ch.generator_signal(stim_v, k), p["base"], p["gain"], vrng)
+    val_truth = np.concatenate([val[s:s + seg] for s in starts])
+    val_sch = {(L, m): ch.schreiber(val_truth, v, 2) for L in ch.INTERVALS for m, v in
+               ch.rollout_poisson(pnet, stim_v, val, starts, seg, L, ch.MODES, vrng).items()}
     return dict(dnet=dnet, pnet=pnet, stim=stim_t, test=test, starts=starts, seg=seg,
-                truth=truth, poisson=poisson)
+                truth=truth, poisson=poisson, val_pick=max(val_sch, key=val_sch.get))
 
 
 def distance_rollout(run, monkeypatch=None, infer=None):
@@ -250,9 +257,13 @@ def test_timing_claims_fail_when_the_window_is_read_backwards(small_run, monkeyp
     bad = ch.schreiber(r["truth"], pred, 2)
     span = max(ch.schreiber(r["truth"], r["poisson"][(ch.PRED_LEN, m)], 2) for m in ch.MODES)
     best = max(ch.schreiber(r["truth"], v, 2) for v in r["poisson"].values())
+    tuned = ch.schreiber(r["truth"], r["poisson"][r["val_pick"]], 2)
     print(f"Sch@2ms: correct {good:.3f}, reversed {bad:.3f}; same-span Poisson {span:.3f}, "
-          f"best Poisson here {best:.3f}; reversed / same span {bad / span:.2f}")
+          f"tuned on validation {r['val_pick']} {tuned:.3f}, best in hindsight {best:.3f}; "
+          f"reversed / same span {bad / span:.2f}, reversed / tuned {bad / tuned:.2f}, "
+          f"correct / tuned {good / tuned:.2f}")
     assert bad < good
     assert good / max(span, 0.01) >= ch.C_VS_SAME_SPAN  # the correct one passes
     assert bad / max(span, 0.01) < ch.C_VS_SAME_SPAN  # the ablation claim fails
-    assert bad / max(best, 0.01) < ch.C_VS_BEST  # the baseline claim fails
+    assert bad / max(tuned, 0.01) < ch.MATCH  # the reported comparison falls short too
+    assert tuned <= best  # the tuned pick is never better on test than the hindsight one
