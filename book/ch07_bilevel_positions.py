@@ -712,10 +712,9 @@ plt.show()
 #   in-distribution loss at most `C_INDIST_COST` nats above RoPE's.
 # - **The intra-segment half carries the result.** At $8\times$, BiPE-RoPE's loss on the
 #   other letters is at most `C_INTRA_HALF` of RoPE's.
-# - **The inter-segment half, where it works.** At $2\times$, BiPE-RoPE's subject-letter
-#   loss is at most `C_INTER_2X` of that of BiPE without its inter-segment half ("intra
-#   only": Eqs. 1–2, no RoPE at all); with ALiBi on segment indices, at $8\times$, at
-#   most `C_INTER_ALIBI` of it.
+# - **The inter-segment half, where it works.** With ALiBi on segment indices, at
+#   $8\times$, BiPE-ALiBi's subject-letter loss is at most `C_INTER_ALIBI` of that of
+#   BiPE without its inter-segment half ("intra only": Eqs. 1–2, no RoPE at all).
 # - **The segments must mean something.** BiPE-RoPE with fixed chunks or random
 #   boundaries has a far $8\times$ loss at least `C_SEGMENTS` times that with sentences.
 # - **Against the baselines.** ALiBi is the strongest flat encoding on this toy (it is
@@ -729,7 +728,12 @@ plt.show()
 # slowly. Here they still grow to about eight times those of training, and at $8\times$
 # BiPE-RoPE's subject-letter loss is near $\ln 8$ (a blind guess) and its far loss is no
 # lower than that of "intra only", which has no inter-segment encoding at all. Both
-# numbers are printed and recorded below, not claimed. Changed after a failure: an
+# numbers are printed and recorded below, not claimed. At $2\times$ it still helps on
+# most seeds, but not reliably: the claim that BiPE-RoPE's subject-letter loss there is
+# at most 0.7 of that of "intra only" held on seeds 0–9 and failed on two of seeds
+# 10–14, run afterwards as a fresh test, so that ratio is now reported too (how much of
+# the previous sentence survives at twice the training length varies from seed to
+# seed). Changed after a failure: an
 # earlier version claimed that BiPE-RoPE's whole far $2\times$ loss is at most 1.2 times
 # its in-distribution loss (a bar loosened from 1.15), and one of seeds 5–9 measured
 # 1.19. That ratio mixes the two halves, which the split shows behave differently, so
@@ -737,9 +741,7 @@ plt.show()
 #
 # Thresholds were set from runs on seeds 0–4 of the earlier version of this experiment
 # (the RoPE, BiPE and ALiBi models are unchanged since) and, for the "intra only" and the
-# sinusoidal comparisons, from seed 0; each comment says what was measured. The
-# inter-segment claim at $2\times$ has the thinnest margin: how much of the previous
-# sentence survives at twice the training length varies from seed to seed.
+# sinusoidal comparisons, from seed 0; each comment says what was measured.
 
 # %% tags=["thresholds"]
 # far(k) of BiPE-RoPE / far(k) of RoPE (and / sinusoidal at 8x); trials 0.24-0.37;
@@ -749,8 +751,6 @@ C_VS_FLAT = 0.5
 C_INDIST_COST = 0.05
 # other letters, far(8x), BiPE-RoPE / RoPE; trials 0.22-0.30; seeds 0-9: 0.22-0.29
 C_INTRA_HALF = 0.5
-# subject letters, far(2x), BiPE-RoPE / intra only; seed 0: 0.43; seeds 0-9: 0.19-0.61
-C_INTER_2X = 0.7
 # subject letters, far(8x), BiPE-ALiBi / intra only; seed 0: 0.16; seeds 0-9: 0.03-0.32
 C_INTER_ALIBI = 0.5
 # far(8x) of a meaningless segmentation / sentences; seed 0: 2.4; seeds 0-9: 1.7-2.4
@@ -782,11 +782,6 @@ run.claim("other letters far(8x): BiPE-RoPE / RoPE",
           C_INTRA_HALF,
           "inside a sentence BiPE-RoPE keeps its loss at 8x; RoPE does not",
           versus="ablation", against="RoPE: the same model with flat position ids")
-run.claim("subject letters far(2x): BiPE-RoPE / intra only",
-          split[("BiPE-RoPE", "far 2x")][0] / split[("intra only", "far 2x")][0], "<=",
-          C_INTER_2X,
-          "at 2x, RoPE on segment indices still finds the previous sentence",
-          versus="ablation", against="BiPE without its inter-segment encoding")
 run.claim("subject letters far(8x): BiPE-ALiBi / intra only",
           split[("BiPE-ALiBi", "far 8x")][0] / split[("intra only", "far 8x")][0], "<=",
           C_INTER_ALIBI, "ALiBi on segment indices finds the previous sentence at 8x",
@@ -820,8 +815,10 @@ table = models[("BiPE-RoPE", "sentences")].n_params() - models[("RoPE", "sentenc
 run.check("|extra params - L d|", abs(table - train_len * D_MODEL), "<=", C_TABLE,
           "BiPE adds only the intra table")
 
-# reported, not claimed: the inter-segment RoPE at 8x
+# reported, not claimed: the inter-segment RoPE at 8x, and at 2x
 reported = {
+    "subject letters far(2x) BiPE-RoPE / intra only":
+    split[("BiPE-RoPE", "far 2x")][0] / split[("intra only", "far 2x")][0],
     "subject letters far(8x) BiPE-RoPE - ln 8": split[("BiPE-RoPE", "far 8x")][0]
     - np.log(8),
     "far(8x) BiPE-RoPE / intra only": bipe["far 8x"] / rep["intra only"]["far 8x"],
@@ -1025,7 +1022,7 @@ icmlbook.explore(update, controls, run=run)
 # | model, data | 151M LLaMA-style model, the Pile, train length 1024 | 2 layers, $d = 48$, ~60k parameters, chained toy sentences, train length 64 |
 # | evaluation | perplexity at 1–6× the training length (PG-19, ArXiv, GitHub) | per-position loss at 1–8× (Eq. 5), split into the letter that needs the previous sentence and all others (ours) |
 # | headline | BiPE extrapolates better than its flat counterpart, competitive in distribution | BiPE-RoPE's far loss at $4\times$ and $8\times$ at most `C_VS_FLAT` of RoPE's, in-distribution cost at most `C_INDIST_COST` nats (ablation claims) |
-# | which half | the intra-segment APE captures a segment's content, the inter-segment RPE gives extrapolation | the intra half carries it: other letters at $8\times$ at most `C_INTRA_HALF` of RoPE's (claim); the inter-segment RoPE helps at $2\times$ (subject letters at most `C_INTER_2X` of "intra only", claim) but **not at $8\times$**, where BiPE-RoPE guesses the subject blindly and is no better than "intra only" (reported, not claimed) |
+# | which half | the intra-segment APE captures a segment's content, the inter-segment RPE gives extrapolation | the intra half carries it: other letters at $8\times$ at most `C_INTRA_HALF` of RoPE's (claim); the inter-segment RoPE helps at $2\times$ on most seeds, not reliably (subject letters against "intra only", reported) and **not at $8\times$**, where BiPE-RoPE guesses the subject blindly and is no better than "intra only" (reported, not claimed) |
 # | segments that mean something | motivated by the segment statistics of text | chunks or random boundaries: far $8\times$ at least `C_SEGMENTS` times that with sentences (claim) |
 # | BiPE-ALiBi | better than ALiBi on long text and arithmetic | tied with ALiBi: at most `C_VS_ALIBI` nats above it over $8L$ and in distribution (baseline claims); ALiBi is already flat here; slopes × 12 where the official code has × 96 |
 # | sinusoidal baseline | one of the paper's baselines | token embeddings scaled by $\sqrt d$ as in Vaswani et al. and its own learning rate, so that it fits the training length (in-distribution loss within `C_FAIR_SIN` of RoPE's, a check); BiPE-RoPE's far $8\times$ at most `C_VS_FLAT` of its loss (baseline claim) |
