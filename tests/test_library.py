@@ -533,3 +533,22 @@ def test_code_fingerprint_ignores_docstrings():
     assert fp('def f():\n    """One line."""\n    return 1') == fp(
         'def f():\n    """Two\n    lines."""\n    return 1')
     assert fp('def f():\n    """Doc."""') == fp("def f():\n    pass")
+
+
+def test_across_seeds_at_smoke_prints_the_table_without_pandas(tmp_path):
+    # the smoke tier keeps to its budget: the table is text and pandas is never imported
+    rows = _rows([0.5] * 9 + [1.2]) + _rows([0.0] * 10, "check", "k", "<=", 1e-9)
+    root = _fake_book(tmp_path, rows)
+    code = ("import sys; from types import SimpleNamespace; import icmlbook; "
+            "t = icmlbook.across_seeds(SimpleNamespace(chapter='05_conformal_betting', "
+            f"tier='smoke'), root={str(root)!r}); "
+            "assert 'pandas' not in sys.modules, 'pandas imported'; "
+            "print('PASSED', t[0]['passed'], t[1]['kind'])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         cwd=Path(__file__).parents[1])
+    assert out.returncode == 0, out.stderr
+    assert "PASSED 9/10 check" in out.stdout
+    assert "strip plot of these values is drawn at the default tier" in out.stdout
+    table = out.stdout.splitlines()[1:4]  # header, the paper claim, the check
+    assert table[0].split()[:3] == ["kind", "claim", "isolates"]
+    assert table[1].startswith("paper  c ") and "9/10" in table[1]
