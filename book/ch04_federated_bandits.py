@@ -90,10 +90,8 @@ check_range("sg_eps", sg_eps, 0.0, 1.0, lo_open=True, hi_open=True);
 # in about a minute on a CPU; there is nothing here for a GPU to do.
 
 # %%
-import importlib.util
 import itertools
 from math import ceil, comb, e, log, log2, sqrt
-from pathlib import Path
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -207,23 +205,10 @@ colour["random"] = "0.5"
 # whatever $p$ is: a million plays cost as much as one.
 
 # %%
-def load_digits_csv():
-    """scikit-learn's bundled 8x8 digits (1797 images, pixels 0..16) and their labels.
-
-    The same data as `sklearn.datasets.load_digits`, read from the CSV shipped inside
-    the scikit-learn package, which saves the second it takes to import scikit-learn.
-    """
-    sklearn_dir = Path(importlib.util.find_spec("sklearn").origin).parent
-    data = np.loadtxt(
-        sklearn_dir / "datasets" / "data" / "digits.csv.gz", delimiter=","
-    )
-    return data[:, :-1], data[:, -1].astype(int)
-
-
 def digits_problem(n, pool, rng):
     """Similarity matrix (pool x n) between pool images and n candidate exemplars (Eq.
     1)."""
-    X, y = load_digits_csv()
+    X, y = icmlbook.digits()  # scikit-learn's 8x8 digits, pixels 0..16
     X = X / 16.0
     perm = rng.permutation(len(X))
     cand, pool_idx = perm[:n], perm[n:n + pool]

@@ -83,7 +83,6 @@ import matplotlib.pyplot as plt
 import numpy as np
 import torch
 import torch.nn.functional as F
-from sklearn.datasets import load_digits, make_moons
 from torch import nn
 from torch.nn.utils import parametrize
 from torch.nn.utils.parametrizations import spectral_norm
@@ -98,14 +97,17 @@ icmlbook.use_style()
 STYLE = icmlbook.method_styles("Density-Softmax", "DS, no Lipschitz", "ERM",
                                "ERM + temperature", "MC dropout", "Ensemble")
 cfg = run.pick(
-    smoke=dict(n_toy=300, steps=60, flow_steps=40, head_steps=20, timing_reps=3,
-               timing_n=2000, grid=25, widget_grid=20, widget_extra=()),
+    smoke=dict(n_toy=300, steps=25, flow_steps=15, head_steps=8, timing_reps=3,
+               timing_n=2000, grid=25, widget_grid=20, widget_extra=(),
+               widget_taus=("Eq. 5", "1", "1000")),
     default=dict(n_toy=1000, steps=300, flow_steps=200, head_steps=100,
                  timing_reps=15, timing_n=20000, grid=70, widget_grid=60,
-                 widget_extra=(0.3, 0.99)),
+                 widget_extra=(0.3, 0.99),
+                 widget_taus=("Eq. 5", "1", "3", "10", "30", "100", "1000")),
     full=dict(n_toy=2000, steps=1500, flow_steps=600, head_steps=300,
               timing_reps=15, timing_n=50000, grid=100, widget_grid=80,
-              widget_extra=(0.3, 0.99)),
+              widget_extra=(0.3, 0.99),
+              widget_taus=("Eq. 5", "1", "3", "10", "30", "100", "1000")),
 )
 WIDTH = 64  # feature dimension of f
 DEPTH = 3  # residual blocks of f
@@ -517,7 +519,8 @@ def entropy(p):
 # %% [markdown]
 # ## Experiment 1: two moons, and what lies around them
 #
-# **Data.** `make_moons` with noise 0.1: a training set, a validation set (for Eq.
+# **Data.** Two moons with noise 0.1 (the construction, and the random draws, of
+# scikit-learn's `make_moons`): a training set, a validation set (for Eq.
 # 5's $\tau$ and Eq. 7's $T$) and a test set. **Far OOD:** the points of a grid over
 # $[-3,4]\times[-3,3.5]$ at distance more than 1 from every training point. **Near
 # OOD:** a thin blob just below the moons, $\mathcal N((1, -1.2), \mathrm{diag}(0.1,
@@ -530,9 +533,21 @@ TOY_CENTER = np.array([0.5, 0.25], dtype=np.float32)  # centre of the two moons
 TOY_BOX = (-3.0, 4.0, -3.0, 3.5)
 
 
-def moons(n, seed):
-    X, y = make_moons(n, noise=0.1, random_state=seed)
-    return torch.tensor(X, dtype=torch.float32), torch.tensor(y)
+def moons(n, seed, noise=0.1):
+    """Two interleaved half circles, shuffled, plus Gaussian noise: scikit-learn's
+    `make_moons`, drawn in the same order from the same generator, so the points are
+    identical, without importing scikit-learn."""
+    rng = np.random.RandomState(seed)
+    n_out = n // 2
+    n_in = n - n_out
+    t_out, t_in = np.linspace(0, np.pi, n_out), np.linspace(0, np.pi, n_in)
+    X = np.concatenate([np.c_[np.cos(t_out), np.sin(t_out)],
+                        np.c_[1 - np.cos(t_in), 1 - np.sin(t_in) - 0.5]])
+    y = np.r_[np.zeros(n_out, dtype=np.intp), np.ones(n_in, dtype=np.intp)]
+    order = np.arange(n)
+    rng.shuffle(order)
+    X = X[order] + rng.normal(scale=noise, size=X.shape)
+    return torch.tensor(X, dtype=torch.float32), torch.tensor(y[order])
 
 
 def rotate_points(X, degrees, center=TOY_CENTER):
@@ -702,7 +717,7 @@ DIGIT_SHIFTS = ((10, 0.1), (20, 0.2), (30, 0.3))
 
 
 def digits_split(seed):
-    X, y = load_digits(return_X_y=True)
+    X, y = icmlbook.digits()  # scikit-learn's 8x8 digits
     perm = np.random.default_rng(seed).permutation(len(X))
     X, y = torch.tensor(X[perm] / 16.0, dtype=torch.float32), torch.tensor(y[perm])
     return (X[:1000], y[:1000]), (X[1000:1300], y[1000:1300]), (X[1300:], y[1300:])
@@ -1100,7 +1115,7 @@ for c in cfg.widget_extra:
             flow_layers))
 widget_nets = dict(sorted(widget_nets.items(),
                           key=lambda kv: -1 if kv[0] == "none" else float(kv[0])))
-WIDGET_TAUS = ["Eq. 5", "1", "3", "10", "30", "100", "1000"]
+WIDGET_TAUS = list(cfg.widget_taus)  # "Eq. 5": the tau of Eq. 5; smoke keeps the ends
 widget_cache = {}
 wgx, wgy = np.meshgrid(np.linspace(*TOY_BOX[:2], cfg.widget_grid),
                        np.linspace(*TOY_BOX[2:], cfg.widget_grid))

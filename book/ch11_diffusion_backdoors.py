@@ -83,10 +83,7 @@ check_int("refine_iters", refine_iters, 0, 600)
 
 # %%
 import functools
-import gzip
-import importlib.util
 import math
-from pathlib import Path
 
 import numpy as np
 import matplotlib.pyplot as plt
@@ -163,18 +160,15 @@ print(f"tier {tier}: benign model {cfg.pre_steps} steps, fine-tuned copies "
 #
 # ### Data, triggers and targets
 #
-# The 8×8 digits, scaled to $[-1, 1]$, read straight from scikit-learn's data folder
-# (importing scikit-learn itself would cost more than a second). A trigger is a
+# The 8×8 digits, scaled to $[-1, 1]$, read by `icmlbook.digits()` from scikit-learn's data
+# folder (importing scikit-learn itself would cost more than a second). A trigger is a
 # background of $-1$ with a 3×3 box of 0 ($\|r\| = \sqrt{55} \approx 7.4$); the three
 # targets (an X, a filled corner, a frame) look like no digit.
 
 # %%
 def load_digits():
     """The 1797 scikit-learn digits as a (1797, 64) tensor in [-1, 1]."""
-    root = importlib.util.find_spec("sklearn").submodule_search_locations[0]
-    with gzip.open(Path(root) / "datasets" / "data" / "digits.csv.gz") as f:
-        table = np.loadtxt(f, delimiter=",")
-    return torch.tensor(table[:, :D], dtype=torch.float32) / 8 - 1
+    return torch.tensor(icmlbook.digits()[0], dtype=torch.float32) / 8 - 1
 
 
 def box_trigger(row, col, size=3):

@@ -535,6 +535,15 @@ def test_code_fingerprint_ignores_docstrings():
     assert fp('def f():\n    """Doc."""') == fp("def f():\n    pass")
 
 
+def _fresh_python(code):
+    """Run ``code`` in a new interpreter at the repository root (so that what it imports
+    can be checked in sys.modules); its stdout, after asserting it exited cleanly."""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         cwd=Path(__file__).parents[1])
+    assert out.returncode == 0, out.stderr
+    return out.stdout
+
+
 def test_across_seeds_at_smoke_prints_the_table_without_pandas(tmp_path):
     # the smoke tier keeps to its budget: the table is text and pandas is never imported
     rows = _rows([0.5] * 9 + [1.2]) + _rows([0.0] * 10, "check", "k", "<=", 1e-9)
@@ -544,11 +553,18 @@ def test_across_seeds_at_smoke_prints_the_table_without_pandas(tmp_path):
             f"tier='smoke'), root={str(root)!r}); "
             "assert 'pandas' not in sys.modules, 'pandas imported'; "
             "print('PASSED', t[0]['passed'], t[1]['kind'])")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         cwd=Path(__file__).parents[1])
-    assert out.returncode == 0, out.stderr
-    assert "PASSED 9/10 check" in out.stdout
-    assert "strip plot of these values is drawn at the default tier" in out.stdout
-    table = out.stdout.splitlines()[1:4]  # header, the paper claim, the check
+    out = _fresh_python(code)
+    assert "PASSED 9/10 check" in out
+    assert "strip plot of these values is drawn at the default tier" in out
+    table = out.splitlines()[1:4]  # header, the paper claim, the check
     assert table[0].split()[:3] == ["kind", "claim", "isolates"]
     assert table[1].startswith("paper  c ") and "9/10" in table[1]
+
+
+def test_digits_are_scikit_learns_without_importing_it():
+    code = ("import sys, numpy as np, icmlbook; X, y = icmlbook.digits(); "
+            "assert 'sklearn' not in sys.modules; "
+            "from sklearn.datasets import load_digits; X2, y2 = load_digits(return_X_y=True); "
+            "assert np.array_equal(X, X2) and np.array_equal(y, y2); "
+            "assert X.dtype == X2.dtype and y.dtype == y2.dtype; print('EQUAL', X.shape)")
+    assert "EQUAL (1797, 64)" in _fresh_python(code)
