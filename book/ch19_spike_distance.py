@@ -41,8 +41,8 @@
 # out on its own predictions. Under it, for a cell that answers the stimulus about
 # 60 ms late (within the range of retinal ganglion cells), the distance model beats a
 # Poisson model trained on its own 48 ms span (the objective swapped, all else equal)
-# on Schreiber similarity at 2 ms, and short-interval Poisson models collapse to almost
-# no spikes. The paper's headline against the *best* Poisson model reproduces only
+# on Schreiber similarity at 2 ms, and at our default training budget short-interval
+# Poisson models collapse to almost no spikes. The paper's headline against the *best* Poisson model reproduces only
 # in part: against the best of 15 Poisson variants (5 intervals, 3 ways to turn a rate
 # into spikes), picked as a user would pick it on a held-out validation recording (an
 # addition of this book), the distance model leads at our default training budget, but
@@ -991,7 +991,10 @@ plt.show()
 # %% [markdown]
 # With $L = 2$ or 5 ms the expected count rarely reaches $\tfrac12$, so *round* (red) and
 # *floor* (teal) predict (almost) nothing: the paper's "maximum likelihood predictions
-# tend towards 0". Longer intervals recover some spikes, but each is placed at a fixed
+# tend towards 0". How far they collapse depends on the training budget: a model trained
+# longer (the full tier) grows sharper rates, crosses $\tfrac12$ more often at 5 ms, and
+# emits a sizeable share of the recorded spikes there, so the count share is printed
+# with the claims as a reported result, not checked. Longer intervals recover some spikes, but each is placed at a fixed
 # position inside its interval. *Sample* (amber) gets the count right by construction,
 # at the price of putting spikes at random. The distance model (blue) emits a number of
 # spikes close to the recorded one without any count decision.
@@ -1126,8 +1129,10 @@ print(f"delayed cell, van Rossum at 5 ms: best of all predictors {vr5_best:.3f} 
 # against the tuned model is the weaker statement those runs support, a match within 10%
 # (non-inferiority); that bar was set after seeds 0-19 had been run at 1000 steps, where
 # the ratio stayed at or above 1.01, so the full tier is its first fresh test. The
-# collapse of short intervals, a claim at first, is a check: it is the baseline's own
-# premise (the paper's motivation), not evidence for the distance model.
+# collapse of short intervals, a claim at first, is reported, not claimed or checked:
+# it is the baseline's premise (the paper's motivation), not evidence for the distance
+# model, and it did not hold at the full tier, whose longer training lets round/floor
+# at 5 ms emit well over 5% of the recorded spikes.
 
 # %% tags=["thresholds"]
 # Sch@2ms distance / the best Poisson on the 48 ms span; trial run seed 0: about 2.0
@@ -1136,8 +1141,6 @@ C_VS_SAME_SPAN = 1.2
 # Sch@2ms distance / the Poisson variant picked on validation; seeds 0-19 at 1000
 # steps: 1.01-1.73. A non-inferiority margin of 10%, set after those runs (see above)
 C_VS_TUNED = 0.9
-# largest count share of round/floor Poisson at L = 2, 5 ms; trial run seed 0: 0
-C_COLLAPSE = 0.05
 # share of noise-free distance curves the greedy inverts exactly (exactness, Eq. 5)
 C_ROUNDTRIP = 1.0
 # median greedy objective / exact DP optimum on noisy curves; measured 1.00-1.01
@@ -1181,9 +1184,9 @@ run.claim(
     against="the best of 15 Poisson variants (5 intervals x round/floor/sample), "
     "picked on a validation recording",
 )
-run.check("short-interval Poisson count share (round/floor, L<=5)", collapse, "<=",
-          C_COLLAPSE, "maximum-likelihood Poisson decisions at short intervals "
-          "predict almost no spikes (the baseline's premise)")
+print(f"reported: short-interval Poisson count share (round/floor, L <= 5 ms) "
+      f"{collapse:.3f} of the recorded spikes")
+run.metric("short_interval_count_share", collapse)
 unit_sd = abs(data[D]["g_test"][FILTER_MS:].std() - 1.0)
 run.check("noise-free round trip, fraction exact", exact_fraction, ">=", C_ROUNDTRIP,
           "the greedy inference recovers exact spikes from noise-free distances")
@@ -1213,8 +1216,7 @@ run.verdict()
 # over seeds 0-9 at the default tier, with the number of seeds on which it holds and
 # its worst margin (how far inside the threshold the worst seed stayed).
 #
-# The ablation against the same-span Poisson model and the collapse of short intervals
-# hold with wide margins. Against the Poisson model tuned on validation the table holds
+# The ablation against the same-span Poisson model holds with a wide margin. Against the Poisson model tuned on validation the table holds
 # the match within 10%; whether the distance model *leads* is a reported result (the
 # printout above shows this run's ratio). With the default tier's 1000 training steps
 # per model it led on each of seeds 0-9, but with 1500 steps it fell short on one of
@@ -1381,7 +1383,7 @@ icmlbook.explore(explore_inference, controls, run=run)
 # | baselines | Poisson models at several intervals, round / floor / sample, spikes evenly placed | the same at $L \in \{2, 5, 10, 20, 48\}$ ms, one network with 5 heads; the variant a claim is made against is the best of the 15 on a validation recording of the same neuron (the best on the test data, in hindsight, is reported) |
 # | protocol | autoregressive rollout on the test recording, stride 80 ms (distance) or $L$ | the same, stride 48 ms or $L$, in parallel test segments that each start from the recorded history |
 # | metrics | Schreiber similarity, van Rossum distance, smoothed correlation | the same three; claims use Schreiber similarity at 2 ms and spike counts |
-# | result | the distance model outperforms Poisson models at spike-train inference | delayed cell: Sch@2ms ≥ 1.2 × the same-span Poisson model (`C_VS_SAME_SPAN`); against the Poisson model tuned on validation, Sch@2ms ≥ 0.9 × it (`C_VS_TUNED`, a match within 10%), and a lead on seeds 0-9 at 1000 training steps but not on every seed at 1500 (reported, not claimed); round/floor at $L \le 5$ ms emit ≤ 5% of the spikes (`C_COLLAPSE`, a check); fast cell: no clear lead over the best Poisson model (reported, not claimed); van Rossum at 5 ms: no predictor beats an empty one (reported) |
+# | result | the distance model outperforms Poisson models at spike-train inference | delayed cell: Sch@2ms ≥ 1.2 × the same-span Poisson model (`C_VS_SAME_SPAN`); against the Poisson model tuned on validation, Sch@2ms ≥ 0.9 × it (`C_VS_TUNED`, a match within 10%), and a lead on seeds 0-9 at 1000 training steps but not on every seed at 1500 (reported, not claimed); round/floor at $L \le 5$ ms emit almost no spikes at the default budget, more with the full tier's longer training (reported); fast cell: no clear lead over the best Poisson model (reported, not claimed); van Rossum at 5 ms: no predictor beats an empty one (reported) |
 #
 # Notes. (i) The neurons are simulated; the paper's cells, their reliability and their
 # latency are not ours, and **the advantage depends on the cell**: it shows for a cell

@@ -352,10 +352,3 @@ def test_commit_check_holds_and_fails_with_one_play_per_query(default_problem):
     broken = [ch.cmamab(G, 4, int(T), 1, 20, rng, plays=1)["f_omega"] / f_greedy
               for T in HORIZONS[2:] for _ in range(10)]
     assert np.mean(broken) < ch.C_COMMIT
-
-
-def test_bundled_digits_are_sklearns():
-    from sklearn.datasets import load_digits
-    X, y = load_digits(return_X_y=True)
-    X2, y2 = ch.load_digits_csv()
-    assert np.array_equal(X, X2) and np.array_equal(y, y2)

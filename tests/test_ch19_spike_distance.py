@@ -217,8 +217,12 @@ def distance_rollout(run, monkeypatch=None, infer=None):
     return pred
 
 
-def test_collapse_check_fails_when_short_heads_read_a_long_interval(small_run):
-    # a head-index bug (every interval reads the L = 48 ms head) un-collapses round/floor
+def test_short_heads_collapse_and_a_head_index_bug_undoes_it(small_run):
+    # at a small training budget round/floor at L <= 5 ms emit almost nothing (the
+    # chapter reports this share); a head-index bug (every interval reads the L = 48 ms
+    # head) un-collapses them
+    few = 0.05  # share of the recorded spikes
+
     class LongHead(torch.nn.Module):
         def __init__(self, net):
             super().__init__()
@@ -232,10 +236,10 @@ def test_collapse_check_fails_when_short_heads_read_a_long_interval(small_run):
     broken = ch.rollout_poisson(LongHead(r["pnet"]), r["stim"], r["test"], r["starts"], r["seg"],
                                 5, ("round", "floor"), np.random.default_rng(2))
     ratio = max(v.sum() for v in broken.values()) / r["truth"].sum()
-    print(f"collapse check, broken head index: count share {ratio:.3f}")
-    assert ratio > ch.C_COLLAPSE  # the collapse check fails
+    print(f"short heads, broken head index: count share {ratio:.3f}")
+    assert ratio > few
     correct = max(r["poisson"][(L, m)].sum() for L in (2, 5) for m in ("round", "floor"))
-    assert correct / r["truth"].sum() <= ch.C_COLLAPSE
+    assert correct / r["truth"].sum() <= few
 
 
 def test_spike_count_explodes_when_the_exp_is_forgotten(small_run, monkeypatch):
