@@ -97,7 +97,7 @@ run = icmlbook.start("07_bilevel_positions", tier=tier, seed=seed,
                                  chunk_len=chunk_len))
 icmlbook.use_style()
 cfg = run.pick(
-    smoke=dict(steps=20, batch=8, n_eval=2, widget_windows=1, train_chars=20_000),
+    smoke=dict(steps=6, batch=4, n_eval=2, widget_windows=1, train_chars=20_000),
     default=dict(steps=300, batch=16, n_eval=32, widget_windows=4, train_chars=300_000),
     full=dict(
         steps=1500, batch=32, n_eval=128, widget_windows=8, train_chars=2_000_000
