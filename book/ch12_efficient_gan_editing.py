@@ -891,16 +891,20 @@ print(f"L1 crucial / elsewhere: {crucial_vs_else:.3f} with {params['LoRA elsewhe
       f"{km_vs_rand:.3f}; zero-shot base / LoRA: {zero_shot[concept] / l1_lora:.2f}")
 
 # %% [markdown]
-# Neither reproduces as a margin we could claim. A ratio below 1 favours the crucial
-# layers (or k-means); over the seeds we ran both ratios stayed within a few percent of
-# 1, on either side. On this small generator every layer group, given adapters, buys
-# about the same drop in error on a new concept (the search's gains differ by less
-# than a factor of two per parameter), so which layers are "crucial" matters less than
-# the paper found on its larger model; and with exact, noise-free teacher pairs forty
-# random images already cover the pool well enough. The crucial-layer claim was
-# registered as a paper claim (ratio <= 0.97) and failed on the first seed we ran, so
-# it is reported here instead. The paper's argument for k-means is cost: each pair is a
-# diffusion run, and fewer, more diverse pairs cost less.
+# Neither is claimed. A ratio below 1 favours the crucial layers (or k-means). The
+# crucial-layer comparison was registered as a paper claim (ratio <= 0.97) against
+# adapters on *all* the other groups, and failed on the first two seeds we ran (1.00
+# and 0.975: four groups at rank 1 have more parameters than two crucial groups at
+# the searched rank, and caught up). Against the two lowest-scoring groups, as here,
+# the crucial layers came out ahead by a few percent on the seeds of the sweep (the
+# `crucial_vs_elsewhere` metric of the run record), a margin that was set after
+# seeing the first failure and is too close to seed noise to claim. The search's gains
+# per parameter differ by less than a factor of three between groups: on this small
+# generator every group, given adapters, buys a similar drop in error. The k-means
+# subset covers the pool better (a check above) but trains no better than a random
+# one: with exact, noise-free teacher pairs, forty random images already cover the
+# pool well enough. The paper's argument for k-means is cost: each pair is a diffusion
+# run, and fewer, more diverse pairs cost less.
 
 # %% [markdown]
 # ## Figures
@@ -1078,11 +1082,11 @@ icmlbook.explore(update, controls, run=run)
 # compositional concept that LoRA on a couple of layer groups, with a small rank found
 # by search, comes close to fine-tuning every weight and beats training from scratch on
 # the same few pairs and steps, and a LoRA step is cheaper than a full step. What does
-# not, or is not tested: the crucial groups, chosen on a different concept, do not
-# beat adapters placed on the lowest-scoring groups by a margin we could claim (both
-# reach about the same error, the crucial ones with fewer parameters; reported above);
-# the base does not compose concepts
-# zero-shot (its zero-shot error is far above every fine-tuned arm's); k-means data
+# not, or is not tested: the crucial groups, chosen on a different concept, beat
+# adapters on the lowest-scoring groups only by a few percent, too little to claim
+# (reported above), and do not beat adapters on all other groups; the base does not
+# compose concepts zero-shot (its zero-shot error is far above every fine-tuned
+# arm's); k-means data
 # selection covers the pool better but does not measurably lower the error at this
 # size (reported above); our parameter share is a few percent (printed above), not
 # the paper's 1 %,
