@@ -244,7 +244,9 @@ def sample_instances(b, gen, n=N_CUSTOMERS):
 def attributes(name, n=N_CUSTOMERS):
     """A variant's flags: open routes, the pickup set (n,), the length limit."""
     is_open, backhaul, limited = VARIANTS[name]
-    pickups = torch.arange(n) >= n - N_BACKHAUL if backhaul else torch.zeros(n, dtype=torch.bool)
+    pickups = torch.arange(n) >= n - N_BACKHAUL
+    if not backhaul:
+        pickups = torch.zeros(n, dtype=torch.bool)
     return bool(is_open), pickups, LIMIT if limited else math.inf
 
 
@@ -252,8 +254,8 @@ def node_features(coords, demand, name):
     """Depot (b, 1, 2) and customers (b, n, 3): x, y, signed demand / Q."""
     _, pickups, _ = attributes(name, demand.shape[1])
     sign = 1 - 2 * pickups.float()  # pickups carry negative demand, as in the paper
-    return coords[:, :1], torch.cat([coords[:, 1:], (sign * demand / CAPACITY)[..., None]],
-                                    -1)
+    signed = (sign * demand / CAPACITY)[..., None]
+    return coords[:, :1], torch.cat([coords[:, 1:], signed], -1)
 
 
 # %% [markdown]
@@ -280,7 +282,8 @@ class RoutingEnv:
 
     def legs(self):
         """Distances from the current node to every node: (b, P, n + 1)."""
-        return self.dist.gather(1, self.cur[..., None].expand(-1, -1, self.dist.shape[2]))
+        idx = self.cur[..., None].expand(-1, -1, self.dist.shape[2])
+        return self.dist.gather(1, idx)
 
     def done(self):
         return self.visited[..., 1:].all(-1)
@@ -335,12 +338,13 @@ def first_stops(name, n=N_CUSTOMERS):
 
 # %%
 def validate(coords, demand, name, seq):
-    """(feasible, cost) of node sequence seq (depot 0 first and last) for one instance."""
+    """(feasible, cost) of node sequence seq (depot 0 first and last), one instance."""
     is_open, backhaul, limited = VARIANTS[name]
     n, pts, q = len(demand), coords.tolist(), demand.tolist()
     pickup = [False] + [bool(backhaul) and i >= n - N_BACKHAUL for i in range(n)]
     seq = [int(s) for s in seq]
-    if seq[0] != 0 or seq[-1] != 0 or sorted(s for s in seq if s) != list(range(1, n + 1)):
+    every_customer_once = sorted(s for s in seq if s) == list(range(1, n + 1))
+    if seq[0] != 0 or seq[-1] != 0 or not every_customer_once:
         return False, math.inf
     routes, route = [], []
     for s in seq[1:]:
@@ -398,7 +402,7 @@ def route_lengths(dist, pickup, is_open):
 
 @functools.lru_cache(maxsize=4)
 def partition_table(n):
-    """Per set size: the sets S, and per S every R subset of S holding S's lowest bit."""
+    """Per set size: the sets S and, per S, every R within S holding S's lowest bit."""
     levels = []
     for k in range(1, n + 1):
         sets = np.array([m for m in range(1 << n) if bin(m).count("1") == k])
@@ -426,7 +430,8 @@ def exact_optimum(coords, demand, name, cache=None):
     lengths = cache[key] if cache is not None else lengths
     bits = ((np.arange(1 << n)[:, None] >> np.arange(n)) & 1).astype(float)
     q = demand.double().numpy()
-    infeasible = ((q * ~pickup) @ bits.T > CAPACITY) | ((q * pickup) @ bits.T > CAPACITY)
+    delivered, collected = (q * ~pickup) @ bits.T, (q * pickup) @ bits.T
+    infeasible = (delivered > CAPACITY) | (collected > CAPACITY)
     if limited:
         infeasible |= lengths > LIMIT
     cost = np.where(infeasible, np.inf, lengths)
@@ -446,7 +451,7 @@ def exact_optimum(coords, demand, name, cache=None):
 
 # %%
 def rollout_nearest(coords, demand, name):
-    """Costs (b, P) and node sequences (b, P, T) of nearest neighbour from each start."""
+    """Costs (b, P) and node sequences (b, P, T): nearest neighbour from each start."""
     starts = first_stops(name, demand.shape[1])
     env = RoutingEnv(coords, demand, name, len(starts))
     first = starts[None].expand(len(coords), -1)
@@ -478,7 +483,8 @@ class InstanceNorm(nn.Module):
 
     def forward(self, x):
         x = x - x.mean(-2, keepdim=True)
-        return x * torch.rsqrt(x.square().mean(-2, keepdim=True) + 1e-5) * self.g + self.b
+        scale = torch.rsqrt(x.square().mean(-2, keepdim=True) + 1e-5)
+        return x * scale * self.g + self.b
 
 
 def attention(q, k, v, allowed=None):
@@ -539,7 +545,7 @@ class MoE(nn.Module):
         g = torch.zeros_like(logits).scatter(-1, idx[..., :k], top[..., :k].softmax(-1))
         if self.training and k < self.m:
             kth_in, kth_out = top[..., k:k + 1], top[..., k - 1:k]
-            tau = torch.where(logits > kth_in, kth_in, kth_out)  # k-th best of the others
+            tau = torch.where(logits > kth_in, kth_in, kth_out)  # k-th best of others
             load = torch.special.ndtr((clean - tau) / std).reshape(-1, self.m).sum(0)
             self.aux = cv_squared(g.reshape(-1, self.m).sum(0)) + cv_squared(load)
         self.counts = (g > 0).reshape(-1, self.m).sum(0).detach().float()
@@ -596,13 +602,15 @@ class HierarchicalMoE(nn.Module):
 class EncoderLayer(nn.Module):
     def __init__(self, d, ff):
         super().__init__()
-        self.qkv, self.proj, self.ff = nn.Linear(d, 3 * d, bias=False), nn.Linear(d, d), ff
+        self.qkv, self.proj = nn.Linear(d, 3 * d, bias=False), nn.Linear(d, d)
+        self.ff = ff
         self.norm1, self.norm2 = InstanceNorm(d), InstanceNorm(d)
 
     def forward(self, h):
         b, n, d = h.shape
         q, k, v = self.qkv(h).view(b, n, 3, HEADS, d // HEADS).permute(2, 0, 3, 1, 4)
-        h = self.norm1(h + self.proj(attention(q, k, v).transpose(1, 2).reshape(b, n, d)))
+        mixed = attention(q, k, v).transpose(1, 2).reshape(b, n, d)
+        h = self.norm1(h + self.proj(mixed))
         return self.norm2(h + self.ff(h))
 
 
@@ -686,9 +694,10 @@ def augment(coords):
 
 @torch.no_grad()
 def solve(model, coords, demand, name, aug=8):
-    """Greedy from every start on aug coordinate transforms; the best: cost, sequence."""
+    """Greedy from every start on aug coordinate transforms; the best cost, sequence."""
     b = len(coords)
-    cost, _, seqs = rollout(model, augment(coords)[:aug * b], demand.repeat(aug, 1), name)
+    coords_aug, demand_aug = augment(coords)[:aug * b], demand.repeat(aug, 1)
+    cost, _, seqs = rollout(model, coords_aug, demand_aug, name)
     cost = cost.view(aug, b, -1).transpose(0, 1).reshape(b, -1)
     seqs = seqs.view(aug, b, *seqs.shape[1:]).transpose(0, 1).flatten(1, 2)
     best = cost.argmin(1)
@@ -711,11 +720,12 @@ def adam_step(params, moments, t, lr, betas=(0.9, 0.999), eps=1e-8):
             continue
         m.mul_(betas[0]).add_(p.grad, alpha=1 - betas[0])
         v.mul_(betas[1]).addcmul_(p.grad, p.grad, value=1 - betas[1])
-        p.sub_(lr * (m / (1 - betas[0] ** t)) / ((v / (1 - betas[1] ** t)).sqrt() + eps))
+        m_hat, v_hat = m / (1 - betas[0] ** t), v / (1 - betas[1] ** t)
+        p.sub_(lr * m_hat / (v_hat.sqrt() + eps))
 
 
-def train(model, variants, steps, batch, gen, aux=aux_weight, lr=LR):
-    """POMO REINFORCE with the shared baseline (Eq. 3) + aux * load balancing (Eq. 7)."""
+def train(model, variants, steps, batch, gen, aux, lr=LR):
+    """POMO REINFORCE, shared baseline (Eq. 3), + aux * load balancing (Eq. 7)."""
     params = list(model.parameters())
     moments = [(torch.zeros_like(p), torch.zeros_like(p)) for p in params]
     history = []
@@ -731,7 +741,7 @@ def train(model, variants, steps, batch, gen, aux=aux_weight, lr=LR):
         loss.backward()
         nn.utils.clip_grad_norm_(params, 1.0)
         adam_step(params, moments, step + 1, lr)
-        history.append((float(cost.mean()), float(balance)))
+        history.append((float(cost.mean()), float(balance.detach())))
     model.eval()
     return np.array(history)
 
@@ -787,7 +797,7 @@ for name, kind, variants in [("MVMoE", "moe", TRAIN_VARIANTS),
     torch.manual_seed(seed)
     models[name] = new_model(kind)
     histories[name] = train(models[name], variants, cfg.steps, cfg.batch,
-                            torch.Generator().manual_seed(seed + 1))
+                            torch.Generator().manual_seed(seed + 1), aux_weight)
 n_params = {k: sum(p.numel() for p in m.parameters()) for k, m in models.items()}
 print("parameters:", ", ".join(f"{k} {v:,}" for k, v in n_params.items()))
 
@@ -852,7 +862,7 @@ ax.legend(ncol=3, fontsize=7);
 
 # %%
 def random_walks(coords, demand, name, gen):
-    """Node sequences (b, P, T) of uniformly random feasible choices from every start."""
+    """Costs and node sequences of uniformly random feasible choices, every start."""
     starts = first_stops(name, demand.shape[1])
     env = RoutingEnv(coords, demand, name, len(starts))
     first = starts[None].expand(len(coords), -1)
@@ -931,7 +941,8 @@ def expert_usage(model, coords, demand, name):
     return torch.stack([t / t.sum() for t in totals]).numpy()
 
 
-usage = {v: expert_usage(models["MVMoE"], test_coords, test_demand, v) for v in VARIANTS}
+usage = {v: expert_usage(models["MVMoE"], test_coords, test_demand, v)
+         for v in VARIANTS}
 usage_all = np.mean(list(usage.values()), 0)
 min_share = float(min(u.min() for u in usage.values()))
 max_share = float(max(u.max() for u in usage.values()))
@@ -988,18 +999,20 @@ vs_nearest = max(results[m, v].mean() / results["nearest neighbour", v].mean()
                  for m in learned for v in UNSEEN)
 single = f"single-task ({SINGLE_TASK})"
 single_own = gaps[single, SINGLE_TASK] - gaps["MVMoE", SINGLE_TASK]
-unseen_cost = {m: float(np.mean([results[m, v].mean() for v in UNSEEN])) for m in models}
+unseen_cost = {m: float(np.mean([results[m, v].mean() for v in UNSEEN]))
+               for m in models}
 moe_vs_dense = unseen_cost["MVMoE"] / unseen_cost["POMO-MTL (dense)"]
 
 
-def active_macs(kind, d=cfg.d, k=top_k):
-    """Multiply-adds per token of the encoder FFN and the decoder combination (Eq. 6)."""
+def active_macs(kind, d, k):
+    """Multiply-adds per token, encoder FFN plus decoder combination (Eq. 6)."""
     if kind == "dense":
         return 2 * d * D_FF + d * d
     return k * 2 * d * (D_FF // k) + k * 2 * d * (d // (2 * k))
 
 
-active_err = abs(active_macs("moe") / active_macs("dense") - 1)
+active_err = abs(active_macs("moe", cfg.d, top_k)
+                 / active_macs("dense", cfg.d, top_k) - 1)
 run.claim("zero-shot: worst unseen cost ratio to nearest neighbour", vs_nearest, "<=",
           C_VS_NEAREST, "On every unseen variant both multi-task solvers beat the "
           "constructive heuristic", versus="baseline",
