@@ -284,3 +284,12 @@ def test_a_collapsed_router_fails_the_routing_claim(trained):
     moe = ch.Solver("moe", 64, 3).eval()  # untrained: zero gates tie on two experts
     share = ch.expert_usage(moe, coords[:20], demand[:20], "CVRP")
     assert not share.min() >= ch.C_MIN_SHARE
+
+
+def test_the_hierarchical_model_trains_and_routes():
+    torch.manual_seed(0)
+    model = ch.Solver("light", 16, 1)
+    hist = ch.train(model, ch.TRAIN_VARIANTS, 3, 4, gen(9), 0.01)
+    assert np.isfinite(hist).all() and model.combine.w1.grad is not None
+    share = ch.expert_usage(model, *ch.sample_instances(3, gen(10)), "OVRPBL")
+    assert np.isfinite(share).all() and share.shape == (2, 4)
