@@ -1118,10 +1118,14 @@ print(f"single-task {SINGLE_TASK} solver on the unseen variants: " + ", ".join(
 # (`tests/test_ch18_routing_moe.py`) break one ingredient at a time at the default
 # budget: a policy that ignores the network and picks uniformly among feasible nodes
 # (it fails the heuristic claim); a specialist trained on CVRP but scored on OVRP (it
-# loses the specialist's advantage); multi-task solvers that read the pickups as
-# deliveries (the B attribute dropped from their input: they lose to the specialist
-# on VRPBL); and a router whose gates were never trained (zero gates tie onto the
-# same two experts: a share of 0).
+# loses the specialist's advantage); the OVRP budget in the multi-task solvers' place
+# (no multi-task training: a specialist, retrained on fresh instances, is no better
+# than the first on VRPBL); and a router whose gates were never trained (zero gates
+# tie onto the same two experts: a share of 0). One break that does *not* fail: the
+# multi-task solvers with the attribute inputs hidden at test time (no demand signs,
+# a zero context; the masks still enforce every constraint) stay ahead of the
+# specialist on VRPBL, so much of their edge there comes from having trained on
+# closed routes at all.
 
 # %% [markdown]
 # ## Explore
