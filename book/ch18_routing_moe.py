@@ -951,7 +951,8 @@ usage = {v: expert_usage(models["MVMoE"], test_coords, test_demand, v)
 usage_all = np.mean(list(usage.values()), 0)
 min_share = float(min(u.min() for u in usage.values()))
 max_share = float(max(u.max() for u in usage.values()))
-gate_norm = min(float(layer.w_g.norm()) for layer in models["MVMoE"].moe_layers())
+gate_norm = min(float(layer.w_g.detach().norm())
+                for layer in models["MVMoE"].moe_layers())
 layer_names = [f"enc {i}" for i in range(cfg.layers)] + ["dec"]
 print(f"expert shares over all layers and variants: {min_share:.3f}..{max_share:.3f} "
       f"(uniform {1 / experts:.3f}); smallest gate norm |W_g| {gate_norm:.3f}")
