@@ -1,0 +1,1261 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # One neural solver for many vehicle-routing variants: MVMoE
+#
+# **Paper.** Jianan Zhou, Zhiguang Cao, Yaoxin Wu, Wen Song, Yining Ma, Jie Zhang, Chi Xu.
+# *MVMoE: Multi-Task Vehicle Routing Solver with Mixture-of-Experts.* ICML 2024.
+# [arXiv 2405.01029](https://arxiv.org/abs/2405.01029) ·
+# [OpenReview](https://openreview.net/forum?id=lsQnneYa8p) ·
+# [code](https://github.com/RoyalSkye/Routing-MVMoE).
+#
+# **The problem.** Vehicle-routing problems come in many variants: a capacitated fleet
+# (CVRP), routes that need not return to the depot (open routes, O), customers who
+# hand goods *back* to the vehicle (backhauls, B), a limit on each route's length (L),
+# time windows (TW). Neural solvers are usually trained for one variant at a time.
+#
+# **The idea.** Treat every variant as a *composition of attributes*: one network reads
+# the attributes as input features and context, the environment enforces each
+# attribute's constraint with a feasibility mask, and a single POMO-style attention
+# model is trained with REINFORCE on a few variants at once. To give that one network
+# more capacity without more computation per node, replace its feed-forward layers by
+# a *mixture of experts* (MoE) with sparse top-$k$ gating; a *hierarchical* gate can
+# further route whole problems to a sparse or a dense branch.
+#
+# **The claim.** The multi-task MoE solver (MVMoE) generalises zero-shot to variants
+# it never saw (new combinations of the attributes), beats the multi-task dense model
+# (POMO-MTL) at equal active compute, and keeps every expert in use.
+#
+# **What stands in for the paper, and what is ours.** Instances have 10 customers
+# (the paper: 50 and 100), with attributes O, B and L only: time windows are left out,
+# to keep the default run within two minutes on a laptop CPU. The network is the
+# paper's design shrunk (embedding 64, 3 encoder layers, 4 heads), trained for a few
+# hundred batches instead of 5000 epochs. The paper's reference solvers (HGS, LKH3,
+# OR-Tools) are replaced by an *exact* dynamic program over customer subsets, which
+# is affordable at 10 customers, and its constructive baseline by nearest neighbour
+# from every start. Reconstructed by us rather than taken from the paper: the
+# instance generator (depot in the central square, a duration limit of 2.2 that every
+# single-customer route meets), the classic backhaul rule (on each route all
+# deliveries before any pickup; the paper's code mixes them under a load bound), the
+# decoder's context vector, and, to keep *active* compute exactly equal to the dense
+# model, decoder experts that are rank-$d/(2k)$ linear maps.
+
+# %% tags=["parameters"]
+tier = "default"  # smoke | default | full: size of the experiment
+seed = 0  # drives every random number in the chapter
+experts = 4  # experts per MoE layer (the paper: 4)
+top_k = 2  # experts each node is routed to (1, 2 or 4; the paper: 2)
+aux_weight = 0.01  # weight of the load-balancing loss (Eq. 7)
+
+# %% tags=["validate"]
+from icmlbook import check_choice, check_int, check_range, check_seed, check_tier
+
+check_tier(tier)
+check_seed(seed)
+check_int("experts", experts, 2, 8)
+check_choice("top_k", top_k, [1, 2, 4])
+check_int("top_k (at most experts)", top_k, 1, experts)
+check_range("aux_weight", aux_weight, 0.0, 1.0)
+
+# %% [markdown]
+# ## Setup
+#
+# The tier sets the training budget (batches of instances, each batch one variant),
+# the number of test instances and whether the hierarchical-gate model MVMoE-L is
+# trained too (full tier only). The full tier (500 batches of 64 per model, four
+# models, 200 test instances) takes several times the default's two minutes on a
+# 2-core CPU; nothing in it needs a GPU. All models run on one CPU thread.
+
+# %%
+import functools
+import math
+
+import numpy as np
+import matplotlib.pyplot as plt
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import icmlbook
+
+run = icmlbook.start("18_routing_moe", tier=tier, seed=seed,
+                     params=dict(experts=experts, top_k=top_k, aux_weight=aux_weight))
+icmlbook.use_style()
+cfg = run.pick(
+    smoke=dict(steps=3, batch=8, n_test=6, d=32, layers=2, light=False),
+    default=dict(steps=100, batch=48, n_test=100, d=64, layers=3, light=False),
+    full=dict(steps=500, batch=64, n_test=200, d=64, layers=3, light=True),
+)
+N_CUSTOMERS = 10
+CAPACITY = 30  # demands are integers 1..9
+N_BACKHAUL = 2  # the last two customers are pickups in the B variants (20 %)
+LIMIT = 2.2  # route-length limit of the L variants
+HEADS = 4
+D_FF = 128  # hidden width of the dense feed-forward layer
+LR = 1e-3  # Adam's step; the paper uses 1e-4 over a far longer run
+N_CTX = 5  # decoder context: remaining capacity, length, budget, open, pickup phase
+VARIANTS = {"CVRP": (0, 0, 0), "OVRP": (1, 0, 0), "VRPB": (0, 1, 0), "VRPL": (0, 0, 1),
+            "OVRPB": (1, 1, 0), "OVRPL": (1, 0, 1), "VRPBL": (0, 1, 1),
+            "OVRPBL": (1, 1, 1)}  # (open, backhaul, limit)
+TRAIN_VARIANTS = ["CVRP", "OVRP", "VRPB", "VRPL"]
+UNSEEN = ["OVRPB", "OVRPL", "VRPBL", "OVRPBL"]
+SINGLE_TASK = "OVRP"  # the single-task solver's own variant
+METHODS = ["MVMoE", "POMO-MTL (dense)", f"single-task ({SINGLE_TASK})",
+           "nearest neighbour", "MVMoE-L"]
+STYLE = icmlbook.method_styles(*METHODS)
+print(f"tier {tier}: {cfg.steps} batches of {cfg.batch} instances per model, "
+      f"{N_CUSTOMERS} customers; {cfg.n_test} test instances per variant; "
+      f"{experts} experts, top-{top_k}")
+
+# %% [markdown]
+# One colour per method in every figure: MVMoE in blue, the dense multi-task model in
+# red, the single-task solver in teal, nearest neighbour in amber, MVMoE-L (full tier)
+# in purple.
+#
+# ## The idea in math
+#
+# **Variants from attributes.** An instance has a depot $0$ and customers
+# $1..n$ at points $x_i \in [0,1]^2$ with demands $q_i$, and a vehicle capacity $Q$.
+# A solution is a set of routes, each leaving the depot, serving customers once, and
+# (unless the variant is open) returning. Its cost is the length driven,
+#
+# $$c(\pi) = \sum_{\text{routes } r} \Big(\sum_{(i,j) \in r} \lVert x_i - x_j\rVert
+#   \;-\; \mathbb 1[\mathrm O]\, \lVert x_{\text{last}(r)} - x_0\rVert\Big), \tag{1}$$
+#
+# the return leg dropped for open routes. Each attribute adds a constraint per route:
+# C, delivered load $\le Q$; B, a set of pickup customers whose collected load is
+# $\le Q$ too, all served after the route's deliveries; L, route length (with the
+# return leg unless open) $\le$ `LIMIT`. Eight variants come from $\{O, B, L\}$;
+# we train on CVRP, OVRP, VRPB, VRPL and test on the four unseen combinations.
+
+# %% [markdown]
+# **Masks.** A constructive policy picks the next node $a_t$ among the *feasible*
+# ones. With $\ell$ the delivered load, $p$ the collected load, $\phi \in \{0, 1\}$
+# whether the route has started its pickups, $\lambda$ its length so far and $i$ the
+# current node, customer $j$ is allowed when
+#
+# $$\underbrace{j \text{ unvisited}}_{\text{all}} \;\wedge\;
+#   \underbrace{\big(j \notin \mathcal B \Rightarrow \neg\phi \wedge \ell + q_j \le Q\big)
+#   \wedge \big(j \in \mathcal B \Rightarrow p + q_j \le Q\big)}_{\text{C, B}} \;\wedge\;
+#   \underbrace{\lambda + d_{ij} + \mathbb 1[\neg \mathrm O]\, d_{j0} \le L}_{\text{L}},
+#   \tag{2}$$
+#
+# and the depot is allowed unless the vehicle is already there. Every state the mask
+# lets through can be completed: a fresh route can always serve any one customer
+# (a premise of the generator, checked below).
+
+# %% [markdown]
+# **POMO training.** The policy $p_\theta(\pi \mid s)$ builds $P$ solutions per
+# instance, one from each (delivery) customer as its first stop. REINFORCE with the
+# *shared baseline*, the mean cost over the $P$ rollouts of the same instance:
+#
+# $$\nabla_\theta J = \frac1{BP}\sum_{b,i} \big(c(\pi_{b,i}) - \tfrac1P\textstyle\sum_{i'}
+#   c(\pi_{b,i'})\big)\, \nabla_\theta \log p_\theta(\pi_{b,i} \mid s_b). \tag{3}$$
+#
+# At test time each start decodes greedily, on the instance and its 8 flips and
+# swaps of the coordinates (the paper's ×8 augmentation), and the best of the $8P$
+# solutions is kept.
+
+# %% [markdown]
+# **Mixture of experts.** An MoE layer replaces a feed-forward layer by $m$ experts
+# $E_j$ and a gate $G$ that sends each node embedding $x$ to $k$ of them:
+#
+# $$\mathrm{MoE}(x) = \sum_{j=1}^m G(x)_j\, E_j(x). \tag{4}$$
+#
+# The gate is noisy top-$k$ gating (Shazeer et al., 2017), with noise during training
+# only, and both $W_g$ and $W_{\text{noise}}$ start at zero (as in the authors' code):
+#
+# $$H(x) = x W_g + \varepsilon \odot \mathrm{softplus}(x W_{\text{noise}}),\quad
+#   \varepsilon \sim \mathcal N(0, I); \qquad
+#   G(x) = \mathrm{softmax}\big(\mathrm{TopK}(H(x), k)\big), \tag{5}$$
+#
+# where TopK keeps the $k$ largest entries and sets the others to $-\infty$.
+
+# %% [markdown]
+# **Equal active compute.** With $k$ of $m$ experts active, an expert of hidden width
+# $d_{ff}/k$ makes a token's MoE cost equal to the dense layer of width $d_{ff}$; the
+# model holds $m/k$ times the parameters. In the decoder, the multi-head combination
+# (a $d \times d$ map in the dense model) becomes $m$ experts of rank $d/(2k)$:
+#
+# $$\text{active cost per token} = k \cdot 2 d \frac{d_{ff}}{k} = 2 d\, d_{ff}
+#   \;\;(\text{encoder}), \qquad k \cdot 2 d \frac{d}{2k} = d^2
+#   \;\;(\text{decoder}). \tag{6}$$
+
+# %% [markdown]
+# **Load balancing.** Without pressure, a router can collapse onto a few experts. Per
+# MoE layer, over the $T$ nodes of a batch, the importance and the (smooth) load of
+# expert $j$ are
+#
+# $$\mathrm{Imp}_j = \sum_{t} G(x_t)_j, \qquad
+#   \mathrm{Load}_j = \sum_t \Phi\Big(\frac{(x_t W_g)_j - \tau_{t,j}}
+#   {\mathrm{softplus}((x_t W_{\text{noise}})_j)}\Big),\qquad
+#   \mathcal L_{\text{aux}} = \mathrm{CV}^2(\mathrm{Imp}) + \mathrm{CV}^2(\mathrm{Load}),
+#   \tag{7}$$
+#
+# with $\Phi$ the normal CDF, $\tau_{t,j}$ the $k$-th largest noisy logit among the
+# *other* experts (so $\mathrm{Load}_j$ is the probability that expert $j$ is in the
+# top $k$ under fresh noise) and $\mathrm{CV}^2 = $ variance / mean². The training
+# loss is (3)'s REINFORCE loss plus `aux_weight` times the sum of (7) over layers.
+
+# %% [markdown]
+# **Hierarchical gating (MVMoE-L).** In the decoder, which runs at every construction
+# step, a problem-level gate $G_1$ first chooses, once per batch and at the first
+# step, between the sparse MoE and one dense layer $D$:
+#
+# $$G_1 = \mathrm{softmax}\big(W_1\, \bar x\big) \in \mathbb R^2,\qquad
+#   \mathrm{HMoE}(x) = \begin{cases} G_{1,0} \sum_j G_2(x)_j E_j(x) &
+#   \text{sparse branch} \\ G_{1,1}\, D(x) & \text{dense branch,}\end{cases} \tag{8}$$
+#
+# with $\bar x$ the mean decoder input over the batch, the branch sampled from $G_1$
+# in training (its probability scales the output, so $W_1$ is trained) and the likelier
+# branch taken at test time.
+
+# %% [markdown]
+# ## From scratch
+#
+# ### Instances and variants
+#
+# One generator for every variant: a variant only changes how the same numbers are
+# read. The last `N_BACKHAUL` customers are the pickups of the B variants (customers
+# are exchangeable, so fixing their indices loses nothing).
+
+# %%
+def sample_instances(b, gen, n=N_CUSTOMERS):
+    """Points (b, n + 1, 2), depot first in the central square, and demands (b, n)."""
+    depot = 0.25 + 0.5 * torch.rand(b, 1, 2, generator=gen)
+    customers = torch.rand(b, n, 2, generator=gen)
+    demand = torch.randint(1, 10, (b, n), generator=gen).float()
+    return torch.cat([depot, customers], 1), demand
+
+
+def attributes(name, n=N_CUSTOMERS):
+    """A variant's flags: open routes, the pickup set (n,), the length limit."""
+    is_open, backhaul, limited = VARIANTS[name]
+    pickups = torch.arange(n) >= n - N_BACKHAUL
+    if not backhaul:
+        pickups = torch.zeros(n, dtype=torch.bool)
+    return bool(is_open), pickups, LIMIT if limited else math.inf
+
+
+def node_features(coords, demand, name):
+    """Depot (b, 1, 2) and customers (b, n, 3): x, y, signed demand / Q."""
+    _, pickups, _ = attributes(name, demand.shape[1])
+    sign = 1 - 2 * pickups.float()  # pickups carry negative demand, as in the paper
+    signed = (sign * demand / CAPACITY)[..., None]
+    return coords[:, :1], torch.cat([coords[:, 1:], signed], -1)
+
+
+# %% [markdown]
+# ### The environment: state, masks (Eq. 2), steps and cost (Eq. 1)
+#
+# The state of $P$ partial solutions per instance, all advanced one node per step.
+
+# %%
+class RoutingEnv:
+    """P partial solutions of b instances of one variant; loads are fractions of Q."""
+
+    def __init__(self, coords, demand, name, starts):
+        b, n = demand.shape
+        self.open, pickups, self.limit = attributes(name, n)
+        self.pickup = torch.cat([torch.zeros(1, dtype=torch.bool), pickups])
+        self.dist = torch.cdist(coords, coords)
+        self.q = torch.cat([torch.zeros(b, 1), demand], 1) / CAPACITY
+        shape = (b, starts)
+        self.cur = torch.zeros(shape, dtype=torch.long)
+        self.visited = torch.zeros(*shape, n + 1, dtype=torch.bool)
+        self.delivered, self.collected = torch.zeros(shape), torch.zeros(shape)
+        self.in_pickups = torch.zeros(shape, dtype=torch.bool)
+        self.length, self.cost = torch.zeros(shape), torch.zeros(shape)
+
+    def legs(self):
+        """Distances from the current node to every node: (b, P, n + 1)."""
+        idx = self.cur[..., None].expand(-1, -1, self.dist.shape[2])
+        return self.dist.gather(1, idx)
+
+    def done(self):
+        return self.visited[..., 1:].all(-1)
+
+    def mask(self):
+        """Eq. 2: the nodes each partial solution may visit next, (b, P, n + 1)."""
+        q, pick = self.q[:, None, :], self.pickup[None, None, :]
+        deliver_ok = ~pick & ~self.in_pickups[..., None] & (
+            self.delivered[..., None] + q <= 1 + 1e-6)
+        pickup_ok = pick & (self.collected[..., None] + q <= 1 + 1e-6)
+        ok = ~self.visited & (deliver_ok | pickup_ok)
+        if math.isfinite(self.limit):
+            home = 0 if self.open else self.dist[:, None, 0, :]
+            ok &= self.length[..., None] + self.legs() + home <= self.limit + 1e-6
+        ok[..., 0] = (self.cur != 0) | self.done()
+        return ok
+
+    def step(self, a):
+        """Move to nodes a (b, P); a return to the depot closes the route (Eq. 1)."""
+        leg = self.legs().gather(2, a[..., None])[..., 0]
+        home, pick = a == 0, self.pickup[a]
+        self.cost += torch.where(home & self.open, 0.0, leg)
+        self.length = torch.where(home, 0.0, self.length + leg)
+        q = self.q.gather(1, a)
+        self.collected = torch.where(home, 0.0, self.collected + pick * q)
+        self.delivered = torch.where(home, 0.0, self.delivered + ~pick * q)
+        self.in_pickups = ~home & (self.in_pickups | pick)
+        self.visited.scatter_(2, a[..., None], True)
+        self.cur = a
+
+    def context(self):
+        """The decoder's dynamic context (b, P, N_CTX)."""
+        left = 1 - torch.where(self.in_pickups, self.collected, self.delivered)
+        budget = ((self.limit - self.length) / LIMIT if math.isfinite(self.limit)
+                  else torch.zeros_like(self.length))
+        return torch.stack([left, self.length, budget,
+                            torch.full_like(left, float(self.open)),
+                            self.in_pickups.float()], -1)
+
+
+def first_stops(name, n=N_CUSTOMERS):
+    """POMO's starts: every delivery customer."""
+    return torch.nonzero(~attributes(name, n)[1])[:, 0] + 1
+
+
+# %% [markdown]
+# ### An independent validator
+#
+# Plain Python, sharing nothing with the environment: it splits a node sequence into
+# routes and checks every constraint of the variant from the definitions, then
+# recomputes the cost (1). Every route any method produces goes through it.
+
+# %%
+def validate(coords, demand, name, seq):
+    """(feasible, cost) of node sequence seq (depot 0 first and last), one instance."""
+    is_open, backhaul, limited = VARIANTS[name]
+    n, pts, q = len(demand), coords.tolist(), demand.tolist()
+    pickup = [False] + [bool(backhaul) and i >= n - N_BACKHAUL for i in range(n)]
+    seq = [int(s) for s in seq]
+    every_customer_once = sorted(s for s in seq if s) == list(range(1, n + 1))
+    if seq[0] != 0 or seq[-1] != 0 or not every_customer_once:
+        return False, math.inf
+    routes, route = [], []
+    for s in seq[1:]:
+        if s == 0 and route:
+            routes.append(route)
+            route = []
+        elif s:
+            route.append(s)
+    total = 0.0
+    for r in routes:
+        kinds = [pickup[c] for c in r]
+        if kinds != sorted(kinds):  # a delivery after a pickup
+            return False, math.inf
+        if (sum(q[c - 1] for c in r if not pickup[c]) > CAPACITY
+                or sum(q[c - 1] for c in r if pickup[c]) > CAPACITY):
+            return False, math.inf
+        path = [0] + r + ([] if is_open else [0])
+        length = sum(math.dist(pts[i], pts[j]) for i, j in zip(path, path[1:]))
+        if limited and length > LIMIT + 1e-6:
+            return False, math.inf
+        total += length
+    return True, total
+
+
+# %% [markdown]
+# ### The exact reference: dynamic programming over subsets
+#
+# Under the classic backhaul rule every constraint is a constraint on one route, so
+# the optimum is the best partition of the customers into feasible routes. First, for
+# every subset $S$, the shortest route serving exactly $S$ (Held–Karp, with no
+# delivery after a pickup); then the best partition, by always putting the lowest
+# customer of $S$ into the next route $R \subseteq S$:
+#
+# $$f(S) = \min_{R \subseteq S,\ \min S \in R}\ \big[c(R) + f(S \setminus R)\big],
+#   \qquad f(\varnothing) = 0. \tag{9}$$
+
+# %%
+def route_lengths(dist, pickup, is_open):
+    """Held-Karp: the shortest route serving exactly subset S, for all S: (b, 2^n)."""
+    D = dist.double().numpy()
+    b, n = D.shape[0], D.shape[1] - 1
+    bits = ((np.arange(1 << n)[:, None] >> np.arange(n)) & 1).astype(bool)
+    allowed = ~(pickup[:, None] & ~pickup[None, :])  # i -> j: no delivery after pickup
+    step = np.where(allowed[None], D[:, 1:, 1:], np.inf).transpose(0, 2, 1)  # (b, j, i)
+    dp = np.full((b, 1 << n, n), np.inf)  # dp[S, j]: from the depot through S, at j
+    dp[:, 1 << np.arange(n), np.arange(n)] = D[:, 0, 1:]
+    for S in sorted(range(1, 1 << n), key=lambda m: bits[m].sum()):
+        if S & (S - 1):
+            js = np.nonzero(bits[S])[0]
+            dp[:, S, js] = (dp[:, S ^ (1 << js), :] + step[:, js]).min(2)
+    best = (dp + (0 if is_open else D[:, None, 1:, 0])).min(2)
+    best[:, 0] = 0
+    return best
+
+
+@functools.lru_cache(maxsize=4)
+def partition_table(n):
+    """Per set size: the sets S and, per S, every R within S holding S's lowest bit."""
+    levels = []
+    for k in range(1, n + 1):
+        sets = np.array([m for m in range(1 << n) if bin(m).count("1") == k])
+        subsets = []
+        for S in sets:
+            low = S & -S
+            rest = [i for i in range(n) if (S ^ low) >> i & 1]
+            subsets.append([low | sum(1 << p for j, p in enumerate(rest) if t >> j & 1)
+                            for t in range(1 << (k - 1))])
+        levels.append((sets, np.array(subsets)))
+    return levels
+
+
+def exact_optimum(coords, demand, name, cache=None):
+    """Eq. 9: the optimal cost of each instance, (b,); cache reuses route lengths."""
+    is_open, backhaul, limited = VARIANTS[name]
+    b, n = demand.shape
+    pickup = attributes(name, n)[1].numpy()
+    key = (is_open, backhaul)
+    if cache is None or key not in cache:
+        lengths = route_lengths(torch.cdist(coords.double(), coords.double()), pickup,
+                                bool(is_open))
+        if cache is not None:
+            cache[key] = lengths
+    lengths = cache[key] if cache is not None else lengths
+    bits = ((np.arange(1 << n)[:, None] >> np.arange(n)) & 1).astype(float)
+    q = demand.double().numpy()
+    delivered, collected = (q * ~pickup) @ bits.T, (q * pickup) @ bits.T
+    infeasible = (delivered > CAPACITY) | (collected > CAPACITY)
+    if limited:
+        infeasible |= lengths > LIMIT
+    cost = np.where(infeasible, np.inf, lengths)
+    f = np.full((b, 1 << n), np.inf)
+    f[:, 0] = 0
+    for sets, subsets in partition_table(n):
+        f[:, sets] = (cost[:, subsets] + f[:, sets[:, None] ^ subsets]).min(2)
+    return f[:, -1]
+
+
+# %% [markdown]
+# ### The constructive baseline: nearest neighbour from every start
+#
+# From each of POMO's first stops, go to the nearest customer the mask allows, and
+# back to the depot only when none is; keep the best of the starts. It sees exactly
+# the same masks as the learned solvers and as many starts.
+
+# %%
+def rollout_nearest(coords, demand, name):
+    """Costs (b, P) and node sequences (b, P, T): nearest neighbour from each start."""
+    starts = first_stops(name, demand.shape[1])
+    env = RoutingEnv(coords, demand, name, len(starts))
+    first = starts[None].expand(len(coords), -1)
+    env.step(first)
+    seqs = [torch.zeros_like(first), first]
+    while not bool((env.done() & (env.cur == 0)).all()):
+        ok = env.mask()
+        ok[..., 0] &= ~ok[..., 1:].any(-1)  # the depot only when no customer fits
+        a = (-env.legs()).masked_fill(~ok, -math.inf).argmax(-1)
+        env.step(a)
+        seqs.append(a)
+    return env.cost, torch.stack(seqs, -1)
+
+
+# %% [markdown]
+# ### The network
+#
+# The POMO encoder: node embeddings, then layers of multi-head self-attention and a
+# feed-forward block, each with a residual connection and instance normalisation
+# (statistics over the nodes of an instance, as in POMO).
+
+# %%
+class InstanceNorm(nn.Module):
+    """Normalise each feature over the nodes of an instance, then scale and shift."""
+
+    def __init__(self, d):
+        super().__init__()
+        self.g, self.b = nn.Parameter(torch.ones(d)), nn.Parameter(torch.zeros(d))
+
+    def forward(self, x):
+        x = x - x.mean(-2, keepdim=True)
+        scale = torch.rsqrt(x.square().mean(-2, keepdim=True) + 1e-5)
+        return x * scale * self.g + self.b
+
+
+def attention(q, k, v, allowed=None):
+    """Scaled dot-product attention over the last two axes, with an optional mask."""
+    w = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])
+    if allowed is not None:
+        w = w.masked_fill(~allowed, -math.inf)
+    return w.softmax(-1) @ v
+
+
+class FeedForward(nn.Module):
+    def __init__(self, d, hidden):
+        super().__init__()
+        self.inp, self.out = nn.Linear(d, hidden), nn.Linear(hidden, d)
+
+    def forward(self, x):
+        return self.out(F.relu(self.inp(x)))
+
+
+# %% [markdown]
+# ### The MoE layer (Eqs. 4, 5 and 7)
+#
+# The $m$ experts are stored side by side: expert $j$ owns hidden units
+# $jh..(j+1)h-1$ of one wide layer, so multiplying each expert's hidden units by its
+# gate and applying the output layer is exactly Eq. 4. This evaluates all experts
+# (the sparse gates make the unused ones contribute zero); a sparse dispatcher would
+# skip them, which matters at scale and not for the result. `counts` keeps how many
+# nodes each expert received, for the routing diagnostics.
+
+# %%
+def cv_squared(x):
+    """Squared coefficient of variation, variance / mean^2 (Eq. 7)."""
+    return x.var(unbiased=False) / (x.mean() ** 2 + 1e-10)
+
+
+class MoE(nn.Module):
+    """Eq. 4 with m experts x -> U_j act(V_j x + c_j) + e_j of hidden width h."""
+
+    def __init__(self, d, h, m=4, k=2, act=True):
+        super().__init__()
+        self.m, self.h, self.k, self.act = m, h, k, act
+        self.inp = nn.Linear(d, m * h, bias=act)
+        self.out = nn.Linear(m * h, d, bias=False)
+        self.bias = nn.Parameter(torch.zeros(m, d))
+        self.w_g = nn.Parameter(torch.zeros(d, m))  # zero-initialised, as the paper
+        self.w_noise = nn.Parameter(torch.zeros(d, m))
+        self.aux, self.counts, self.keep = torch.tensor(0.0), torch.zeros(m), None
+
+    def gates(self, x):
+        """Eq. 5, and Eq. 7's load-balancing loss in training."""
+        clean = x @ self.w_g
+        k = self.k if self.keep is None else min(self.k, int(self.keep.sum()))
+        std = F.softplus(x @ self.w_noise) + 1e-2
+        logits = clean + torch.randn_like(clean) * std if self.training else clean
+        if self.keep is not None:  # experts switched off (the widget)
+            logits = logits.masked_fill(~self.keep, -1e9)
+        top, idx = logits.topk(min(k + 1, self.m), -1)
+        g = torch.zeros_like(logits).scatter(-1, idx[..., :k], top[..., :k].softmax(-1))
+        if self.training and k < self.m:
+            kth_in, kth_out = top[..., k:k + 1], top[..., k - 1:k]
+            tau = torch.where(logits > kth_in, kth_in, kth_out)  # k-th best of others
+            load = torch.special.ndtr((clean - tau) / std).reshape(-1, self.m).sum(0)
+            self.aux = cv_squared(g.reshape(-1, self.m).sum(0)) + cv_squared(load)
+        self.counts = (g > 0).reshape(-1, self.m).sum(0).detach().float()
+        return g
+
+    def forward(self, x):
+        g = self.gates(x)
+        z = self.inp(x)
+        z = F.relu(z) if self.act else z
+        return self.out(z * g.repeat_interleave(self.h, -1)) + g @ self.bias
+
+
+# %% [markdown]
+# ### The hierarchical gate (Eq. 8)
+#
+# Used in the decoder of MVMoE-L. The branch is chosen at the first decoding step of
+# a batch and kept until `reset()`, which each rollout calls.
+
+# %%
+class HierarchicalMoE(nn.Module):
+    """Eq. 8: a problem-level gate G1 between a sparse MoE and one dense layer."""
+
+    def __init__(self, d, h, m=4, k=2):
+        super().__init__()
+        self.w1 = nn.Parameter(torch.zeros(d, 2))
+        self.sparse = MoE(d, h, m, k, act=False)
+        self.dense = nn.Linear(d, d)
+        self.reset()
+
+    def reset(self):
+        self.branch, self.g1 = None, None
+
+    def forward(self, x):
+        if self.branch is None:
+            self.g1 = (x.reshape(-1, x.shape[-1]).mean(0) @ self.w1).softmax(-1)
+            self.branch = (int(torch.multinomial(self.g1.detach(), 1)) if self.training
+                           else int(self.g1.argmax()))
+        if self.branch == 0:
+            return self.g1[0] * self.sparse(x)
+        self.sparse.aux = torch.tensor(0.0)
+        return self.g1[1] * self.dense(x)
+
+
+# %% [markdown]
+# ### Encoder, decoder and the whole solver
+#
+# `kind` is "dense" (POMO-MTL and the single-task solver), "moe" (MVMoE: an MoE in
+# every encoder feed-forward block and in the decoder's multi-head combination) or
+# "light" (MVMoE-L: the decoder's MoE under the hierarchical gate). The decoder's
+# query reads the current node's embedding and the context; its single-head pointer
+# scores are clipped by $10\tanh(\cdot)$ and masked by Eq. 2, as in POMO.
+
+# %%
+class EncoderLayer(nn.Module):
+    def __init__(self, d, ff):
+        super().__init__()
+        self.qkv, self.proj = nn.Linear(d, 3 * d, bias=False), nn.Linear(d, d)
+        self.ff = ff
+        self.norm1, self.norm2 = InstanceNorm(d), InstanceNorm(d)
+
+    def forward(self, h):
+        b, n, d = h.shape
+        q, k, v = self.qkv(h).view(b, n, 3, HEADS, d // HEADS).permute(2, 0, 3, 1, 4)
+        mixed = attention(q, k, v).transpose(1, 2).reshape(b, n, d)
+        h = self.norm1(h + self.proj(mixed))
+        return self.norm2(h + self.ff(h))
+
+
+class Solver(nn.Module):
+    """POMO-style attention model: dense, MoE (MVMoE) or hierarchical (MVMoE-L)."""
+
+    def __init__(self, kind="dense", d=64, layers=3, m=4, k=2):
+        super().__init__()
+        self.d, self.kind = d, kind
+        self.depot, self.customer = nn.Linear(2, d), nn.Linear(3, d)
+
+        def ff():
+            return MoE(d, D_FF // k, m, k) if kind != "dense" else FeedForward(d, D_FF)
+
+        self.layers = nn.ModuleList(EncoderLayer(d, ff()) for _ in range(layers))
+        self.query = nn.Linear(d + N_CTX, d, bias=False)
+        self.keys_values = nn.Linear(d, 2 * d, bias=False)
+        self.combine = {"dense": lambda: nn.Linear(d, d),
+                        "moe": lambda: MoE(d, d // (2 * k), m, k, act=False),
+                        "light": lambda: HierarchicalMoE(d, d // (2 * k), m, k)}[kind]()
+
+    def moe_layers(self):
+        return [mod for mod in self.modules() if isinstance(mod, MoE)]
+
+    def encode(self, depot, customers):
+        h = torch.cat([self.depot(depot), self.customer(customers)], 1)
+        for layer in self.layers:
+            h = layer(h)
+        b, n, d = h.shape
+        kv = self.keys_values(h).view(b, n, 2, HEADS, d // HEADS).permute(2, 0, 3, 1, 4)
+        return h, kv
+
+    def scores(self, h, kv, cur, ctx, allowed):
+        """Masked pointer logits over the nodes, (b, P, n + 1)."""
+        b, P = cur.shape
+        last = h.gather(1, cur[..., None].expand(-1, -1, self.d))
+        q = self.query(torch.cat([last, ctx], -1)).view(b, P, HEADS, -1).transpose(1, 2)
+        glimpse = attention(q, kv[0], kv[1], allowed[:, None])
+        g = self.combine(glimpse.transpose(1, 2).reshape(b, P, self.d))
+        logits = 10 * torch.tanh(g @ h.transpose(1, 2) / math.sqrt(self.d))
+        return logits.masked_fill(~allowed, -math.inf)
+
+
+# %% [markdown]
+# ### Rollouts (Eq. 3's samples, and greedy decoding)
+
+# %%
+def rollout(model, coords, demand, name, greedy=True):
+    """Costs (b, P), summed log-probabilities (b, P) and node sequences (b, P, T)."""
+    if isinstance(model.combine, HierarchicalMoE):
+        model.combine.reset()
+    starts = first_stops(name, demand.shape[1])
+    env = RoutingEnv(coords, demand, name, len(starts))
+    h, kv = model.encode(*node_features(coords, demand, name))
+    first = starts[None].expand(len(coords), -1)
+    env.step(first)
+    seqs, logp = [torch.zeros_like(first), first], torch.zeros(first.shape)
+    while not bool((env.done() & (env.cur == 0)).all()):
+        finished = env.done() & (env.cur == 0)
+        lp = model.scores(h, kv, env.cur, env.context(), env.mask()).log_softmax(-1)
+        a = (lp.argmax(-1) if greedy else
+             torch.multinomial(lp.exp().flatten(0, 1), 1).view(first.shape))
+        logp = logp + torch.where(finished, 0.0, lp.gather(2, a[..., None])[..., 0])
+        env.step(a)
+        seqs.append(a)
+    return env.cost, logp, torch.stack(seqs, -1)
+
+
+def augment(coords):
+    """The 8 flips and swaps of the unit square (distances are unchanged): (8b, ...)."""
+    out = []
+    for swap in (False, True):
+        for fx in (False, True):
+            for fy in (False, True):
+                c = coords.flip(-1) if swap else coords.clone()
+                c[..., 0] = 1 - c[..., 0] if fx else c[..., 0]
+                c[..., 1] = 1 - c[..., 1] if fy else c[..., 1]
+                out.append(c)
+    return torch.cat(out)
+
+
+@torch.no_grad()
+def solve(model, coords, demand, name, aug=8):
+    """Greedy from every start on aug coordinate transforms; the best cost, sequence."""
+    b = len(coords)
+    coords_aug, demand_aug = augment(coords)[:aug * b], demand.repeat(aug, 1)
+    cost, _, seqs = rollout(model, coords_aug, demand_aug, name)
+    cost = cost.view(aug, b, -1).transpose(0, 1).reshape(b, -1)
+    seqs = seqs.view(aug, b, *seqs.shape[1:]).transpose(0, 1).flatten(1, 2)
+    best = cost.argmin(1)
+    return cost[torch.arange(b), best], seqs[torch.arange(b), best]
+
+
+# %% [markdown]
+# ### Training (Eq. 3 plus Eq. 7)
+#
+# Each batch draws one training variant uniformly, as in the paper. Adam is written
+# out (the first use of `torch.optim` costs seconds of imports, more than a smoke run
+# may take); gradients are clipped at norm 1.
+
+# %%
+@torch.no_grad()
+def adam_step(params, moments, t, lr, betas=(0.9, 0.999), eps=1e-8):
+    """One Adam step (Kingma & Ba) on params with gradients."""
+    for p, (m, v) in zip(params, moments):
+        if p.grad is None:
+            continue
+        m.mul_(betas[0]).add_(p.grad, alpha=1 - betas[0])
+        v.mul_(betas[1]).addcmul_(p.grad, p.grad, value=1 - betas[1])
+        m_hat, v_hat = m / (1 - betas[0] ** t), v / (1 - betas[1] ** t)
+        p.sub_(lr * m_hat / (v_hat.sqrt() + eps))
+
+
+def train(model, variants, steps, batch, gen, aux, lr=LR):
+    """POMO REINFORCE, shared baseline (Eq. 3), + aux * load balancing (Eq. 7)."""
+    params = list(model.parameters())
+    moments = [(torch.zeros_like(p), torch.zeros_like(p)) for p in params]
+    history = []
+    model.train()
+    for step in icmlbook.progress(range(steps), desc=f"training {model.kind}"):
+        name = variants[int(torch.randint(len(variants), (1,), generator=gen))]
+        coords, demand = sample_instances(batch, gen)
+        cost, logp, _ = rollout(model, coords, demand, name, greedy=False)
+        advantage = cost - cost.mean(1, keepdim=True)  # cost, so minimise A * log p
+        balance = sum((mod.aux for mod in model.moe_layers()), torch.tensor(0.0))
+        loss = (advantage * logp).mean() + aux * balance
+        model.zero_grad()
+        loss.backward()
+        nn.utils.clip_grad_norm_(params, 1.0)
+        adam_step(params, moments, step + 1, lr)
+        history.append((float(cost.mean()), float(balance.detach())))
+    model.eval()
+    return np.array(history)
+
+
+# %% [markdown]
+# ## The experiment
+#
+# ### Test instances, the exact optimum and the baseline
+#
+# One fixed set of test instances, read as each of the eight variants. The generator's
+# premises come first: every customer can be served by a route of its own in every
+# variant (its demand fits, and its out-and-back trip meets the limit), and the limit
+# actually binds, changing the optimum of a share of the instances.
+
+# %%
+test_gen = torch.Generator().manual_seed(10_000 + seed)
+test_coords, test_demand = sample_instances(cfg.n_test, test_gen)
+route_cache = {}
+optimum = {v: exact_optimum(test_coords, test_demand, v, route_cache) for v in VARIANTS}
+solo_trip = float(2 * torch.cdist(test_coords[:, :1], test_coords[:, 1:]).max())
+limit_binds = float(np.mean(optimum["VRPL"] > optimum["CVRP"] + 1e-9))
+limit_binds_open = float(np.mean(optimum["OVRPL"] > optimum["OVRP"] + 1e-9))
+nearest = {v: rollout_nearest(test_coords, test_demand, v) for v in VARIANTS}
+nearest_cost = {v: c.min(1).values for v, (c, _) in nearest.items()}
+print(f"longest out-and-back trip {solo_trip:.3f} (limit {LIMIT}); the limit changes "
+      f"the optimum of {limit_binds:.0%} of the closed and {limit_binds_open:.0%} of "
+      f"the open instances")
+
+# %% [markdown]
+# The limit binds on closed routes. On open routes it hardly ever does at 10
+# customers: without a return leg, the best open routes are short. OVRPL and OVRPBL
+# then differ from OVRP and OVRPB in what the network is told (a length budget in its
+# context) more than in their optima.
+#
+# ### Three solvers, one budget
+#
+# MVMoE and POMO-MTL (dense) train on the four training variants, the single-task
+# solver (dense POMO) on OVRP only; all three for the same number of batches of the
+# same size.
+
+# %%
+def new_model(kind):
+    return Solver(kind, cfg.d, cfg.layers, experts, top_k)
+
+
+models, histories = {}, {}
+for name, kind, variants in [("MVMoE", "moe", TRAIN_VARIANTS),
+                             ("POMO-MTL (dense)", "dense", TRAIN_VARIANTS),
+                             (f"single-task ({SINGLE_TASK})", "dense", [SINGLE_TASK]),
+                             ("MVMoE-L", "light", TRAIN_VARIANTS)]:
+    if kind == "light" and not cfg.light:
+        continue
+    torch.manual_seed(seed)
+    models[name] = new_model(kind)
+    histories[name] = train(models[name], variants, cfg.steps, cfg.batch,
+                            torch.Generator().manual_seed(seed + 1), aux_weight)
+n_params = {k: sum(p.numel() for p in m.parameters()) for k, m in models.items()}
+print("parameters:", ", ".join(f"{k} {v:,}" for k, v in n_params.items()))
+
+# %% [markdown]
+# ### Evaluation on every variant
+#
+# Each solver's best of $8P$ greedy solutions per instance; the gap is to the exact
+# optimum, in percent of it. Every solution goes through the validator.
+
+# %%
+single = f"single-task ({SINGLE_TASK})"
+
+
+def gap(cost, v):
+    return float(100 * np.mean(np.asarray(cost) / optimum[v] - 1))
+
+
+results, invalid, n_checked = {}, 0, 0
+for name, model in models.items():
+    for v in ([SINGLE_TASK] + UNSEEN if name == single else VARIANTS):
+        cost, seqs = solve(model, test_coords, test_demand, v)
+        results[name, v] = cost.numpy()
+        for i in range(cfg.n_test):
+            ok, c = validate(test_coords[i], test_demand[i], v, seqs[i])
+            invalid += not ok or abs(c - float(cost[i])) > 1e-4
+            n_checked += 1
+for v in VARIANTS:
+    costs, seqs = nearest[v]
+    best = costs.argmin(1)
+    results["nearest neighbour", v] = costs.min(1).values.numpy()
+    for i in range(cfg.n_test):
+        ok, _ = validate(test_coords[i], test_demand[i], v, seqs[i, best[i]])
+        invalid += not ok
+        n_checked += 1
+gaps = {(k, v): gap(c, v) for (k, v), c in results.items()}
+shown = [m for m in METHODS if any(k == m for k, _ in gaps)]
+print(f"{'variant':<8}" + "".join(f"{m[:16]:>18}" for m in shown))
+for v in VARIANTS:
+    tag = "*" if v in UNSEEN else " "
+    print(f"{v:<7}{tag}" + "".join(f"{gaps[m, v]:>17.2f}%" if (m, v) in gaps
+                                   else f"{'-':>18}" for m in shown))
+print(f"(* unseen in training) {n_checked} solutions validated, {invalid} invalid")
+
+# %% [markdown]
+# Gaps to the optimum, trained variants on the left and the four unseen ones on the
+# right:
+
+# %% tags=["hide-input"]
+fig, ax = plt.subplots(figsize=(7.5, 3.0))
+width = 0.8 / len(shown)
+for i, m in enumerate(shown):
+    ax.bar(np.arange(len(VARIANTS)) + (i - (len(shown) - 1) / 2) * width,
+           [gaps.get((m, v), np.nan) for v in VARIANTS], width,
+           color=STYLE[m]["color"], label=m)
+ax.axvline(3.5, color="black", lw=0.8)
+ax.set_xticks(range(len(VARIANTS)), list(VARIANTS))
+ax.set_ylabel("gap to the optimum (%)")
+ax.set_title("trained variants | unseen variants (zero-shot)")
+ax.legend(ncol=3, fontsize=7);
+
+# %% [markdown]
+# ### Masks never let an infeasible step through
+#
+# The validator checks the solutions the solvers chose. A harsher test of the masks is
+# a policy that picks *uniformly* among the allowed nodes: its walks go where no
+# trained policy would, and every one of them must still be feasible.
+
+# %%
+def random_walks(coords, demand, name, gen):
+    """Costs and node sequences of uniformly random feasible choices, every start."""
+    starts = first_stops(name, demand.shape[1])
+    env = RoutingEnv(coords, demand, name, len(starts))
+    first = starts[None].expand(len(coords), -1)
+    env.step(first)
+    seqs = [torch.zeros_like(first), first]
+    while not bool((env.done() & (env.cur == 0)).all()):
+        w = env.mask().float().flatten(0, 1)
+        a = torch.multinomial(w, 1, generator=gen).view(first.shape)
+        env.step(a)
+        seqs.append(a)
+    return env.cost, torch.stack(seqs, -1)
+
+
+walk_gen = torch.Generator().manual_seed(seed + 3)
+walk_invalid, walk_cost_err, n_walks = 0, 0.0, 0
+for v in VARIANTS:
+    costs, seqs = random_walks(test_coords[:20], test_demand[:20], v, walk_gen)
+    for i in range(seqs.shape[0]):
+        for p in range(seqs.shape[1]):
+            ok, c = validate(test_coords[i], test_demand[i], v, seqs[i, p])
+            walk_invalid += not ok
+            walk_cost_err = max(walk_cost_err, abs(c - float(costs[i, p])))
+            n_walks += 1
+print(f"{n_walks} random feasible walks: {walk_invalid} infeasible; largest cost "
+      f"difference environment vs validator {walk_cost_err:.1e}")
+
+# %% [markdown]
+# And the exact optimum against brute force over every ordering and split, on small
+# instances of 5 customers (two of them pickups in the B variants):
+
+# %%
+def brute_force(coords, demand, name):
+    """The best feasible sequence over all orders and route splits (n <= 6)."""
+    import itertools
+
+    n, best = len(demand), math.inf
+    for order in itertools.permutations(range(1, n + 1)):
+        for cuts in itertools.product((0, 1), repeat=n - 1):
+            seq = [0, order[0]]
+            for c, cut in zip(order[1:], cuts):
+                seq += [0, c] if cut else [c]
+            best = min(best, validate(coords, demand, name, seq + [0])[1])
+    return best
+
+
+small_coords, small_demand = sample_instances(2, torch.Generator().manual_seed(seed), 5)
+small_demand = small_demand * 3  # heavier loads, so that capacity binds at n = 5
+dp_err = max(abs(exact_optimum(small_coords, small_demand, v)[i]
+                 - brute_force(small_coords[i], small_demand[i], v))
+             for v in VARIANTS for i in range(2))
+print(f"exact DP vs brute force, 8 variants x 2 instances: max difference {dp_err:.1e}")
+
+# %% [markdown]
+# ### Routing: does every expert get used?
+#
+# The share of top-$k$ slots each expert of each MoE layer receives on the test
+# instances, per variant (with the gates as trained), and the load-balancing loss
+# during training.
+
+# %%
+@torch.no_grad()
+def expert_usage(model, coords, demand, name):
+    """Share of top-k slots per expert, per MoE layer: (layers, m), greedy rollouts."""
+    totals = [torch.zeros(layer.m) for layer in model.moe_layers()]
+
+    def hook(idx):
+        def record(module, inputs, output):
+            totals[idx] += module.counts
+        return record
+
+    handles = [layer.register_forward_hook(hook(i))
+               for i, layer in enumerate(model.moe_layers())]
+    rollout(model, coords, demand, name)
+    for h in handles:
+        h.remove()
+    return torch.stack([t / t.sum().clamp_min(1) for t in totals]).numpy()
+
+
+usage = {v: expert_usage(models["MVMoE"], test_coords, test_demand, v)
+         for v in VARIANTS}
+usage_all = np.mean(list(usage.values()), 0)
+min_share = float(min(u.min() for u in usage.values()))
+max_share = float(max(u.max() for u in usage.values()))
+gate_norm = min(float(layer.w_g.detach().norm())
+                for layer in models["MVMoE"].moe_layers())
+layer_names = [f"enc {i}" for i in range(cfg.layers)] + ["dec"]
+print(f"expert shares over all layers and variants: {min_share:.3f}..{max_share:.3f} "
+      f"(uniform {1 / experts:.3f}); smallest gate norm |W_g| {gate_norm:.3f}")
+
+# %% tags=["hide-input"]
+fig, axes = plt.subplots(1, 3, figsize=(9.5, 2.8), width_ratios=[1, 1.6, 1.2])
+im = axes[0].imshow(usage_all, vmin=0, vmax=max(0.5, max_share), cmap="viridis")
+fig.colorbar(im, ax=axes[0], shrink=0.8, label="share")
+axes[0].set(xticks=range(experts), yticks=range(len(layer_names)), xlabel="expert",
+            title="share of top-k slots")
+axes[0].set_yticklabels(layer_names)
+by_variant = np.stack([usage[v][0] for v in VARIANTS])
+im = axes[1].imshow(by_variant.T, vmin=0, vmax=max(0.5, max_share), cmap="viridis")
+fig.colorbar(im, ax=axes[1], shrink=0.8, label="share")
+axes[1].set(xticks=range(len(VARIANTS)), yticks=range(experts), ylabel="expert",
+            title="encoder layer 0, per variant")
+axes[1].set_xticklabels(list(VARIANTS), rotation=60, fontsize=7)
+for name, hist in histories.items():
+    if name.startswith("MVMoE"):
+        smooth = np.convolve(hist[:, 1], np.ones(10) / 10, mode="valid")
+        axes[2].plot(smooth, **STYLE[name])
+axes[2].set(xlabel="training batch", ylabel="load-balancing loss (Eq. 7)",
+            title="summed over MoE layers")
+axes[2].legend();
+
+# %% [markdown]
+# ## Claims
+#
+# The thresholds were fixed on first runs (seeds 0-2 of smaller budgets and seed 0 of
+# the default tier), before the sweep over seeds 0-9; each line says what it was
+# calibrated on. Paper claims
+# first, each against an ablation or a baseline; then checks that must hold if the code
+# is right. The paper's comparison of MVMoE with its dense twin is not among them: a
+# non-inferiority bar on it (MVMoE's unseen cost at most 4 % above the dense model's)
+# was planned and dropped after the first default runs put MVMoE behind the dense
+# model by about the seed noise; it is reported below the verdict instead.
+
+# %% tags=["thresholds"]
+C_VS_NEAREST = 0.97  # worst unseen cost ratio learned / nearest; first runs 0.85-0.94
+C_SINGLE_OWN = -1.0  # gap(single on OVRP) - gap(MVMoE on OVRP), pp; first runs -3..-8
+C_VS_SPECIALIST = 0.97  # worst VRPBL cost ratio multi-task / specialist; first: 0.93
+C_MIN_SHARE = 0.05  # smallest expert share, any layer or variant; first runs 0.11-0.15
+C_INVALID = 0  # solutions or random walks the validator rejects
+C_DP = 1e-9  # exact DP vs brute force at n = 5, float64 rounding
+C_COST = 1e-4  # environment's cost vs the validator's, float32 rounding
+C_ACTIVE = 1e-12  # |active compute MoE / dense - 1| (Eq. 6), by construction
+C_GATE_NORM = 1e-3  # smallest |W_g|: the zero-initialised gates have been trained
+C_SOLO_TRIP = LIMIT  # longest out-and-back trip: every customer has a feasible route
+C_LIMIT_BINDS = 0.1  # share of closed instances whose optimum the limit changes
+
+# %%
+learned = ["MVMoE", "POMO-MTL (dense)"]
+vs_nearest = max(results[m, v].mean() / results["nearest neighbour", v].mean()
+                 for m in learned for v in UNSEEN)
+single_own = gaps[single, SINGLE_TASK] - gaps["MVMoE", SINGLE_TASK]
+unseen_cost = {m: float(np.mean([results[m, v].mean() for v in UNSEEN]))
+               for m in models}
+moe_vs_dense = unseen_cost["MVMoE"] / unseen_cost["POMO-MTL (dense)"]
+vs_specialist = max(results[m, "VRPBL"].mean() / results[single, "VRPBL"].mean()
+                    for m in learned)
+
+
+def active_macs(kind, d, k):
+    """Multiply-adds per token, encoder FFN plus decoder combination (Eq. 6)."""
+    if kind == "dense":
+        return 2 * d * D_FF + d * d
+    return k * 2 * d * (D_FF // k) + k * 2 * d * (d // (2 * k))
+
+
+active_err = abs(active_macs("moe", cfg.d, top_k)
+                 / active_macs("dense", cfg.d, top_k) - 1)
+run.claim("zero-shot: worst unseen cost ratio to nearest neighbour", vs_nearest, "<=",
+          C_VS_NEAREST, "On every unseen variant both multi-task solvers beat the "
+          "constructive heuristic", versus="baseline",
+          against="nearest neighbour from every start, same masks and starts")
+run.claim("single-task beats multi-task on its own variant (gap points)", single_own,
+          "<=", C_SINGLE_OWN, "A solver trained on OVRP alone, with the same budget, "
+          "is better on OVRP than the multi-task MVMoE", versus="baseline",
+          against="single-task dense POMO on OVRP, same batches")
+run.claim("multi-task vs specialist on unseen VRPBL: cost ratio", vs_specialist,
+          "<=", C_VS_SPECIALIST, "Training on several variants is what carries a "
+          "solver to an unseen closed variant with pickups and a limit: both "
+          "multi-task solvers beat the OVRP specialist there", versus="ablation",
+          against="the same budget spent on one variant (single-task OVRP)")
+run.claim("routing healthy: smallest expert share", min_share, ">=", C_MIN_SHARE,
+          "Every expert of every MoE layer receives a share of the nodes on every "
+          "variant", versus="ablation",
+          against="a collapsed router (share 0), what Eq. 7 guards against")
+run.check("validator rejects no solution", invalid, "<=", C_INVALID,
+          "every solution of every solver is feasible and its cost is recomputed")
+run.check("random feasible walks: infeasible", walk_invalid, "<=", C_INVALID,
+          "the masks never allow an infeasible step")
+run.check("environment cost = validator cost", walk_cost_err, "<=", C_COST,
+          "Eq. 1 computed two independent ways", digits=2)
+run.check("exact DP = brute force (n = 5)", dp_err, "<=", C_DP,
+          "Eq. 9 finds the optimum over all orders and splits", digits=2)
+run.check("active compute MoE / dense - 1 (Eq. 6)", active_err, "<=", C_ACTIVE,
+          "the comparison is at equal active compute", digits=2)
+run.check("trained gates: smallest |W_g|", gate_norm, ">=", C_GATE_NORM,
+          "the zero-initialised gates have moved, so routing is learned")
+run.check("longest out-and-back trip", solo_trip, "<=", C_SOLO_TRIP,
+          "generator premise: every customer fits a route of its own")
+run.check("share of instances where the limit binds", limit_binds, ">=",
+          C_LIMIT_BINDS, "generator premise: the L attribute changes the problem")
+run.metric("gaps", {f"{m} | {v}": g for (m, v), g in gaps.items()})
+run.metric("unseen_gap", {m: float(np.mean([gaps[m, v] for v in UNSEEN]))
+                          for m in shown})
+run.metric("moe_vs_dense_unseen_cost", moe_vs_dense)
+run.metric("moe_minus_dense_unseen_gap", float(np.mean(
+    [gaps["MVMoE", v] - gaps["POMO-MTL (dense)", v] for v in UNSEEN])))
+run.metric("moe_wins_unseen", int(sum(gaps["MVMoE", v] < gaps["POMO-MTL (dense)", v]
+                                      for v in UNSEEN)))
+run.metric("expert_share", dict(min=min_share, max=max_share))
+run.metric("limit_binds", dict(closed=limit_binds, open=limit_binds_open))
+run.metric("parameters", n_params);
+
+# %%
+# NBVAL_CHECK_OUTPUT
+run.verdict()
+
+# %% [markdown]
+# ## Across seeds
+#
+# One run is one seed: fresh training instances, fresh initial weights and fresh test
+# instances. The table and strip plot below read this chapter's results file, made by
+# `icmlbook sweep 18 --seeds 0-9 --update-results`: every claim and check over seeds 0-9
+# at the default tier, with the number of seeds on which it holds and its worst margin.
+
+# %%
+across = icmlbook.across_seeds(run)
+
+# %% [markdown]
+# ### Reported, not claimed: is MoE better than dense?
+#
+# The paper's MVMoE beats POMO-MTL on every unseen variant, by 0.15-0.5 gap points at
+# 50 and 100 customers. Here:
+
+# %%
+moe_minus_dense = run.metrics["moe_minus_dense_unseen_gap"]
+moe_wins = run.metrics["moe_wins_unseen"]
+print(f"mean unseen gap MVMoE - POMO-MTL: {moe_minus_dense:+.2f} points (cost ratio "
+      f"{moe_vs_dense:.3f}); MVMoE better on {moe_wins} of {len(UNSEEN)} unseen "
+      f"variants")
+print(f"single-task {SINGLE_TASK} solver on the unseen variants: " + ", ".join(
+    f"{v} {gaps[single, v]:.1f}%" for v in UNSEEN))
+
+# %% [markdown]
+# At our scale MVMoE is not better than its dense twin: its mean unseen gap is
+# usually *above* POMO-MTL's, by about as much as the seed-to-seed spread of either
+# model (the `moe_minus_dense_unseen_gap` column of the results file holds every seed),
+# so neither superiority nor a tight non-inferiority bar would survive ten seeds, and
+# the comparison is reported, not claimed. Two reasons are plain. The MoE holds twice
+# the parameters at equal active compute, and with 100 batches each expert sees only a
+# share of the gradient signal: more capacity pays when there is more to learn than a
+# small dense model can hold, which a 10-customer problem with three attributes does
+# not seem to be. And the gates start at zero, so early training routes by noise.
+# The single-task line shows the other side of the multi-task trade: a specialist
+# that has never seen pickups is poor on VRPBL, while on the open variants (its own
+# attribute) it stays strong, often stronger than the multi-task models.
+#
+# ## What a broken solver does
+#
+# Each paper claim should fail for a broken solver. The tests
+# (`tests/test_ch18_routing_moe.py`) break one ingredient at a time at the default
+# budget: a policy that ignores the network and picks uniformly among feasible nodes
+# (it fails the heuristic claim); a specialist trained on CVRP but scored on OVRP (it
+# loses the specialist's advantage); the OVRP budget in the multi-task solvers' place
+# (no multi-task training: a specialist, retrained on fresh instances, is no better
+# than the first on VRPBL); and a router whose gates were never trained (zero gates
+# tie onto the same two experts: a share of 0). One break that does *not* fail: the
+# multi-task solvers with the attribute inputs hidden at test time (no demand signs,
+# a zero context; the masks still enforce every constraint) stay ahead of the
+# specialist on VRPBL, so much of their edge there comes from having trained on
+# closed routes at all.
+
+# %% [markdown]
+# ## Explore
+#
+# Compose a variant from its attributes, pick a solver and, for MVMoE, how many experts
+# stay switched on and how many each node is routed to *at inference* (the trained
+# gates are kept; with fewer experts the others are masked out of the top-$k$). Left:
+# the routes on one test instance (pickups as triangles; open routes end where they
+# stop), with the exact optimum. Right: the share of top-$k$ slots of each expert, per
+# layer, on the test instances of that variant.
+
+# %% tags=["hide-input"]
+import ipywidgets as W
+
+N_WIDGET = min(16, cfg.n_test)
+
+
+def set_routing(model, k_w, m_w):
+    for layer in model.moe_layers():
+        layer.k = min(k_w, m_w)
+        layer.keep = (None if m_w >= layer.m else torch.arange(layer.m) < m_w)
+
+
+def draw_routes(ax, coords, demand, v, seq, title):
+    is_open, pickups, _ = attributes(v)
+    xy = coords.numpy()
+    route = [0]
+    for node in [int(s) for s in seq[1:]]:
+        route.append(node)
+        if node == 0:
+            if len(route) > 2:
+                path = route[:-1] if is_open else route
+                ax.plot(xy[path, 0], xy[path, 1], color="grey", lw=1.2)
+            route = [0]
+    back = pickups.numpy()
+    ax.scatter(xy[1:][~back, 0], xy[1:][~back, 1], s=22, color="black", zorder=3)
+    ax.scatter(xy[1:][back, 0], xy[1:][back, 1], s=40, marker="^", color="white",
+               edgecolor="black", zorder=3)
+    ax.scatter(*xy[0], s=70, marker="s", color="black", zorder=3)
+    ax.set(xlim=(-0.05, 1.05), ylim=(-0.05, 1.05), aspect="equal", title=title)
+    ax.set_xticks([])
+    ax.set_yticks([])
+
+
+def update(open_routes, backhaul, limit, solver, experts_on, routed_to, instance):
+    v = {flags: name for name, flags in VARIANTS.items()}[
+        (int(open_routes), int(backhaul), int(limit))]
+    model = models[solver]
+    set_routing(model, routed_to, experts_on)
+    i = min(instance, N_WIDGET - 1)
+    try:
+        cost, seq = solve(model, test_coords[i:i + 1], test_demand[i:i + 1], v)
+        share = (expert_usage(model, test_coords[:N_WIDGET], test_demand[:N_WIDGET], v)
+                 if model.moe_layers() else None)
+    finally:
+        set_routing(model, top_k, experts)
+    fig, axes = plt.subplots(1, 2, figsize=(8.5, 3.4), width_ratios=[1, 1.3])
+    tag = "unseen" if v in UNSEEN else "trained"
+    draw_routes(axes[0], test_coords[i], test_demand[i], v, seq[0],
+                f"{v} ({tag}): {float(cost[0]):.3f}, optimum {optimum[v][i]:.3f}")
+    if share is None:
+        axes[1].text(0.5, 0.5, "dense model: no experts", ha="center", va="center")
+        axes[1].set_axis_off()
+    else:
+        im = axes[1].imshow(share, vmin=0, vmax=1, cmap="viridis")
+        fig.colorbar(im, ax=axes[1], shrink=0.8, label="share of top-k slots")
+        axes[1].set(xticks=range(experts), yticks=range(len(layer_names)),
+                    xlabel="expert", title=f"expert usage on {v}")
+        axes[1].set_yticklabels(layer_names)
+    plt.show()
+
+
+controls = dict(
+    open_routes=W.Checkbox(value=True, description="open routes (O)"),
+    backhaul=W.Checkbox(value=True, description="backhauls (B)"),
+    limit=W.Checkbox(value=False, description="length limit (L)"),
+    solver=W.Dropdown(options=list(models), value="MVMoE", description="solver"),
+    experts_on=W.IntSlider(value=experts, min=1, max=experts, description="experts on"),
+    routed_to=W.IntSlider(value=top_k, min=1, max=experts, description="top-k"),
+    instance=W.IntSlider(value=0, min=0, max=N_WIDGET - 1, description="instance"),
+)
+icmlbook.explore(update, controls, run=run)
+
+# %% [markdown]
+# ## Paper vs. this book
+#
+# | | paper | this book |
+# |---|---|---|
+# | variants | 16 from C, O, B, L, TW; train on 6, zero-shot on 10 | 8 from C, O, B, L; train on 4 (CVRP, OVRP, VRPB, VRPL), zero-shot on 4 |
+# | instances | 50 and 100 customers, L = 3, backhauls mixed with a load bound | 10 customers, L = 2.2, classic backhauls (deliveries first on each route) |
+# | model | POMO: 6 encoder layers, $d = 128$, 8 heads; MoE with 4 experts, top-2, in every encoder FFN and the decoder | 3 layers, $d = 64$, 4 heads; the same MoE placement, experts sized for equal active compute (Eq. 6) |
+# | training | 5000 epochs × 20,000 instances, batch 128, Adam $10^{-4}$ | a few hundred batches of 64 (tier), Adam $10^{-3}$, clip 1 |
+# | reference | HGS, LKH3, OR-Tools | the exact optimum (Eq. 9) |
+# | baselines | POMO-MTL, single-task POMO | the same two, and nearest neighbour from every start |
+# | hierarchical gate | MVMoE-L | implemented (Eq. 8), trained at the full tier only |
+#
+# What reproduces: one network, trained on four variants, solves four unseen
+# combinations of their attributes far better than a constructive heuristic and within
+# a few percent of the optimum; the specialist still wins on its own variant; the
+# routers keep every expert in use. What does not: MVMoE's advantage over the dense
+# model at equal active compute. At our scale the MoE is, if anything, slightly worse,
+# by about the seed-to-seed noise, so the comparison is reported, not claimed (the
+# paper's own margin is 0.15-0.5 gap points, at 5-10 times our instance size and
+# thousands of times our training).
+# Not attempted: time windows, few-shot fine-tuning, CVRPLIB instances.
+#
+# ## Exercises
+#
+# 1. **Time windows.** Add TW as a fourth attribute: ready and due times per customer,
+#    a service time, the mask "arrive before the due time and still reach the depot in
+#    time", and the current time in the context. Which of the DP's assumptions break?
+# 2. **Experts without balancing.** Train MVMoE with `aux_weight = 0` and compare the
+#    expert shares. Does a router collapse within this budget?
+# 3. **Hierarchical gate.** At the full tier MVMoE-L is trained too. How often does its
+#    upper gate choose the dense branch on each variant, and what does that cost?
+#
+# ## References
+#
+# - J. Zhou, Z. Cao, Y. Wu, W. Song, Y. Ma, J. Zhang, C. Xu. MVMoE: Multi-Task Vehicle
+#   Routing Solver with Mixture-of-Experts. ICML 2024.
+# - Y.-D. Kwon, J. Choo, B. Kim, I. Yoon, Y. Gwon, S. Min. POMO: Policy Optimization
+#   with Multiple Optima for Reinforcement Learning. NeurIPS 2020.
+# - F. Liu, X. Lin, Z. Wang, Q. Zhang, X. Tong, M. Yuan. Multi-Task Learning for
+#   Routing Problem with Cross-Problem Zero-Shot Generalization. KDD 2024.
+# - N. Shazeer, A. Mirhoseini, K. Maziarz, A. Davis, Q. Le, G. Hinton, J. Dean.
+#   Outrageously Large Neural Networks: The Sparsely-Gated Mixture-of-Experts Layer.
+#   ICLR 2017.
+# - W. Kool, H. van Hoof, M. Welling. Attention, Learn to Solve Routing Problems!
+#   ICLR 2019.
+
+# %% tags=["remove-cell"]
+run.finish();
