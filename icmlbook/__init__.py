@@ -35,6 +35,7 @@ _EXPORTS = {
     "log_axis": "plot",
     "read_record": "record",
     "MLP": "nn",
+    "Adam": "nn",
     "digits": "data",
     "sweep": "sweep",
     "across_seeds": "results",

@@ -30,6 +30,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from .nn import Adam
+
 PE_PRESETS = {
     "none": (None, None),
     "sinusoidal": ("sinusoidal", None),
@@ -263,25 +265,23 @@ def fit_lm(model: TinyGPT, batches: Iterator[Tensor] | Callable[[int], Tensor], 
            lr: float = 3e-3, weight_decay: float = 0.0, clip: float = 1.0,
            positions: PositionFn | None = None, desc: str = "train",
            progress: bool = True) -> list[float]:
-    """Train on next-token prediction for ``steps`` Adam(W) steps with a
-    cosine-decayed learning rate; ``batches`` is an iterator of (B, T) id
+    """Train on next-token prediction for ``steps`` AdamW steps (torch's arithmetic,
+    ``icmlbook.nn.Adam``) with a cosine-decayed learning rate; ``batches`` is an iterator of (B, T) id
     tensors or a function ``step -> batch``. Returns the loss per step."""
     from .progressbar import progress as bar
 
-    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
-    sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda s: 0.5 * (1 + math.cos(math.pi * min(s, steps) / steps)))
+    opt = Adam(model.parameters(), lr=lr, weight_decay=weight_decay, decoupled=True)
     losses: list[float] = []
     model.train()
     for step in bar(range(steps), desc=desc) if progress else range(steps):
         batch = batches(step) if callable(batches) else next(batches)
         loss = lm_loss(model, batch, positions=positions)
-        opt.zero_grad(set_to_none=True)
+        opt.zero_grad()
         loss.backward()
         if clip:
             nn.utils.clip_grad_norm_(model.parameters(), clip)
+        opt.lr = lr * (0.5 * (1 + math.cos(math.pi * min(step, steps) / steps)))
         opt.step()
-        sched.step()
         losses.append(loss.item())
     model.eval()
     return losses

@@ -449,6 +449,64 @@ def test_mlp_shapes():
     assert sum(isinstance(m, torch.nn.Tanh) for m in net) == 2
 
 
+
+def _train_twice(make_torch, make_ours, steps=25, no_grad_first=(), schedule=None):
+    """Train one MLP with torch.optim and its copy with icmlbook.Adam; True if the
+    parameters end bit for bit equal."""
+    import copy
+
+    import torch
+
+    torch.manual_seed(0)
+    a = icmlbook.MLP(5, [16, 16], 3)
+    b = copy.deepcopy(a)
+    opt_a, opt_b = make_torch(a.parameters()), make_ours(b.parameters())
+    x, y = torch.randn(64, 5), torch.randint(0, 3, (64,))
+    for step in range(steps):
+        for net, opt in ((a, opt_a), (b, opt_b)):
+            opt.zero_grad()
+            torch.nn.functional.cross_entropy(net(x), y).backward()
+            for i, p in enumerate(net.parameters()):
+                if i in no_grad_first and step < 5:
+                    p.grad = None  # this parameter starts counting its steps later
+            torch.nn.utils.clip_grad_norm_(net.parameters(), 0.5)
+            if schedule is not None:
+                if opt is opt_a:
+                    opt.param_groups[0]["lr"] = schedule(step)
+                else:
+                    opt.lr = schedule(step)
+            opt.step()
+    return all(torch.equal(p, q) for p, q in zip(a.parameters(), b.parameters()))
+
+
+def test_adam_trains_to_the_same_bits_as_torch_optim():
+    import math
+
+    import torch
+
+    assert _train_twice(lambda p: torch.optim.Adam(p, lr=3e-3),
+                        lambda p: icmlbook.Adam(p, lr=3e-3))
+    assert _train_twice(lambda p: torch.optim.Adam(p, lr=3e-3, weight_decay=1e-3),
+                        lambda p: icmlbook.Adam(p, lr=3e-3, weight_decay=1e-3),
+                        no_grad_first=(1,))
+    cosine = lambda s: 3e-3 * 0.5 * (1 + math.cos(math.pi * s / 25))  # noqa: E731
+    assert _train_twice(
+        lambda p: torch.optim.AdamW(p, lr=3e-3, weight_decay=0.05, betas=(0.5, 0.99)),
+        lambda p: icmlbook.Adam(p, lr=3e-3, weight_decay=0.05, betas=(0.5, 0.99),
+                                decoupled=True), schedule=cosine)
+    # and a broken variant is caught: plain L2 decay is not AdamW's decoupled decay
+    assert not _train_twice(lambda p: torch.optim.AdamW(p, lr=3e-3, weight_decay=0.05),
+                            lambda p: icmlbook.Adam(p, lr=3e-3, weight_decay=0.05))
+
+
+def test_adam_does_not_import_dynamo():
+    code = ("import sys, torch, icmlbook\n"
+            "p = torch.nn.Parameter(torch.ones(3)); p.grad = torch.ones(3)\n"
+            "icmlbook.Adam([p]).step()\n"
+            "assert 'torch._dynamo' not in sys.modules\n")
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
 # -- chapters ----------------------------------------------------------------
 def test_parse_parameters_and_coerce():
     src = "tier = 'default'  # which tier\nseed = 0  # the seed\nlr = 0.1\nflag = True  # f\n"

@@ -115,3 +115,27 @@ def test_sinusoidal_path_scales_tokens_as_vaswani_et_al():
                                                                  d)))
         rms = (m.tok(x) * m.tok_scale).pow(2).mean().sqrt()
     assert 0.5 < rms < 2.0                             # unit-scale tokens, as the sinusoids
+
+
+def test_fit_lm_is_torchs_adamw_with_a_cosine_schedule():
+    """fit_lm's optimizer (icmlbook.Adam) gives the bits torch.optim.AdamW and LambdaLR
+    give: chapters trained before the switch keep their results."""
+    import copy
+    import math
+
+    a = model("rope").train()
+    b = copy.deepcopy(a)
+    data = [torch.randint(0, 11, (4, 17), generator=torch.Generator().manual_seed(i))
+            for i in range(12)]
+    opt = torch.optim.AdamW(a.parameters(), lr=3e-3, weight_decay=0.1)
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda s: 0.5 * (1 + math.cos(math.pi * min(s, 12) / 12)))
+    for batch in data:
+        loss = lm_loss(a, batch)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(a.parameters(), 1.0)
+        opt.step()
+        sched.step()
+    fit_lm(b, lambda s: data[s], 12, weight_decay=0.1, progress=False)
+    assert all(torch.equal(p, q) for p, q in zip(a.parameters(), b.parameters()))
