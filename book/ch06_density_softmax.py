@@ -206,7 +206,7 @@ def train_classifier(model, X, y, steps, lr=LR, batch=128, seed=0):
     """Stage (i): minibatch Adam on the cross-entropy; returns the model in eval mode,
     with any spectral normalisation baked into its weights (``bake_spectral_norm``)."""
     gen = torch.Generator().manual_seed(seed)
-    opt = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=lr)
+    opt = icmlbook.Adam([p for p in model.parameters() if p.requires_grad], lr=lr)
     model.train()
     for _ in range(steps):
         idx = torch.randint(len(X), (batch,), generator=gen)
@@ -303,7 +303,7 @@ def fit_flow(flow, Z, steps, lr=3e-3, weight_decay=1e-4):
         flow.mu.copy_(Z.mean(0))
         sd = Z.std(0)
         flow.sd.copy_(sd.clamp_min(1e-2 * sd.max()))  # no zero-variance direction
-    opt = torch.optim.Adam(flow.parameters(), lr=lr, weight_decay=weight_decay)
+    opt = icmlbook.Adam(flow.parameters(), lr=lr, weight_decay=weight_decay)
     for _ in range(steps):
         loss = -flow.log_prob(Z).mean()
         opt.zero_grad()
@@ -378,7 +378,7 @@ def fit_head(g, Z, y, scale, steps, lr=1e-2):
     """Stage (iii), Eq. 6: a copy of the head re-fitted on density-scaled logits."""
     head = nn.Linear(g.in_features, g.out_features)
     head.load_state_dict(g.state_dict())
-    opt = torch.optim.Adam(head.parameters(), lr=lr)
+    opt = icmlbook.Adam(head.parameters(), lr=lr)
     for _ in range(steps):
         loss = F.cross_entropy(scale[:, None] * head(Z), y)  # Eq. 6
         opt.zero_grad()
