@@ -793,10 +793,12 @@ print(f"B = 0: max |LoRA - base| = {init_err:.1e}; merged vs unmerged "
 # sweep over seeds 0-9; each line says what it was calibrated on. Paper claims first,
 # each against a baseline or an ablation, then checks. Changed after a failure: the
 # crucial layers against adapters elsewhere was first a paper claim (L1 ratio <= 0.97);
-# it measured 1.00 and 0.975 on those two seeds, and is now a reported result (below).
-# The time claim's bar was 0.9, which seed 0 of the first sweep missed (0.92, a
-# single best-of-three timing on a busy machine): the bar is now the paper's "less
-# time", 1.0, and the timing interleaves five runs of each and compares medians.
+# it fell short on both of those seeds, and is now a reported result (below). The time
+# claim's bar was 0.9, which seed 0 of the first sweep missed (with a single
+# best-of-three timing on a busy machine): the bar is now the paper's "less time", 1.0,
+# and the timing interleaves five runs of each and compares medians. That the search
+# picks a small rank is a check: it tells whether the search works, not whether a
+# small rank is enough, which the claim against the largest rank measures.
 
 # %% tags=["thresholds"]
 C_VS_FULL = 1.15  # L1 LoRA(r*) / full fine-tune, set a priori; first run 1.06-1.07
@@ -826,11 +828,10 @@ run.claim("rank search: L1 at r* / at the largest rank",
           test_by_rank[r_star] / test_by_rank[max(RANKS)], "<=", C_RANK_LOSS,
           "The searched rank loses little against the largest rank", versus="ablation",
           against="LoRA at the largest rank searched (8), same layers")
-run.claim("rank search: r*", r_star, "<=", C_RANK, "The rank search picks a small "
-          "rank", versus="ablation", against="the largest rank searched (8)")
 run.claim("LoRA vs full: CPU time per step", time_ratio, "<=", C_TIME,
           "A LoRA step costs less than a full fine-tuning step", versus="baseline",
           against="full fine-tune step, same batch")
+run.check("rank search: r*", r_star, "<=", C_RANK, "the rank search picks a small rank")
 run.check("trainable share of LoRA(r*)", p_crucial / n_gen, "<=", C_FRACTION,
           "the adapters are a small fraction of the generator")
 run.check("base model: mean L1 on its concepts", float(np.mean(list(base_l1.values()))),
@@ -893,9 +894,9 @@ print(f"L1 crucial / elsewhere: {crucial_vs_else:.3f} with {params['LoRA elsewhe
 # %% [markdown]
 # Neither is claimed. A ratio below 1 favours the crucial layers (or k-means). The
 # crucial-layer comparison was registered as a paper claim (ratio <= 0.97) against
-# adapters on *all* the other groups, and failed on the first two seeds we ran (1.00
-# and 0.975: four groups at rank 1 have more parameters than two crucial groups at
-# the searched rank, and caught up). Against the two lowest-scoring groups, as here,
+# adapters on *all* the other groups, and failed on the first two seeds we ran (four
+# groups at rank 1 have more parameters than two crucial groups at the searched rank,
+# and caught up). Against the two lowest-scoring groups, as here,
 # the crucial layers came out ahead on every seed of the sweep (the
 # `crucial_vs_elsewhere` metric of the run record), but that comparison was chosen
 # after the registered one failed, so it is reported and not claimed. The search's gains
