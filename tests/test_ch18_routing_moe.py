@@ -279,7 +279,7 @@ def test_without_multi_task_training_the_specialist_claim_fails(trained):
     assert not cost(other, trained, "VRPBL").mean() / spec <= ch.C_VS_SPECIALIST
 
 
-def test_a_collapsed_router_fails_the_routing_claim(trained):
+def test_a_collapsed_router_fails_the_routing_check(trained):
     _, coords, demand, _, _ = trained
     moe = ch.Solver("moe", 64, 3).eval()  # untrained: zero gates tie on two experts
     share = ch.expert_usage(moe, coords[:20], demand[:20], "CVRP")
