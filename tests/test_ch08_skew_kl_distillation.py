@@ -198,10 +198,10 @@ def run_small(s, regime, steps=200, choose=ch.choose_source):
 
 
 def test_fixed_regime_never_moves_phi_and_adaptive_starts_from_the_initial_loss(setup):
-    fixed = run_small(setup, "fixed", steps=50)
+    fixed = run_small(setup, "fixed", steps=100)
     assert set(fixed["phi"]) == {0.0} and fixed["gen_calls"] == 0
     assert max(fixed["val_nll"]) - fixed["val_nll"][0] >= ch.C_VAL_RISE  # the premise
-    adaptive = run_small(setup, "adaptive", steps=50)
+    adaptive = run_small(setup, "adaptive", steps=100)
     assert adaptive["val_nll"][0] == fixed["val_nll"][0]
     assert adaptive["phi"][-1] >= 0.1 and adaptive["gen_calls"] > 0  # Eq. 8 fired
 
