@@ -193,7 +193,8 @@ def run_small(s, regime, steps=200, choose=ch.choose_source):
     student.load_state_dict(s["wide"])
     return ch.distill(student, s["teacher"], kind="SKL", alpha=0.1, steps=steps,
                       regime=regime, pool=s["pool"][: ch.N_SMALL], val=s["val"],
-                      val_teacher_logits=s["vt"], seed=1, lr=1e-2, phi0=0.0, eps=0.1,
+                      val_teacher_logits=s["vt"], seed=1, lr=1e-2, phi0=0.0,
+                      eps=ch.C_VAL_RISE,
                       capacity=64, eval_every=25, batch=ch.N_SMALL, choose=choose)
 
 
