@@ -46,9 +46,10 @@
 # every 8 steps: a sweep in the chapter shows that the paper's schedule barely moves a
 # 2-D GAN within our budget. Besides the ablation (the same GANs without the score
 # term), we compare with a plain GAN given 1.5 times the steps, since a regularized
-# step costs about that much more. At that matched compute, and in longer runs, the advantage is small: at
-# our scale SMaRt gives a head start onto the manifold more than a lasting fix (see
-# "Paper vs. this book").
+# step costs about that much more. At matched compute the advantage shrinks to a modest
+# lead, and a plain GAN given twice the steps, or a longer run, catches up: at our scale
+# SMaRt gives a head start onto the manifold more than a lasting fix (see "Paper vs.
+# this book").
 
 # %% tags=["parameters"]
 tier = "default"  # smoke | default | full: size of the experiment
@@ -755,7 +756,9 @@ final_2x, curves_2x, _, _ = compare_arms(
     cfg.n_eval,
     real_eval,
     gen,
-    progress=lambda it, desc: icmlbook.progress(it, desc="GAN, 2x the steps", lines=1),
+    progress=lambda it, desc: icmlbook.progress(
+        it, desc="GAN, 2x the steps", lines=1
+    ),
 )
 cov_min = final["cov"]  # mean over the checkpoints
 
@@ -857,10 +860,11 @@ plt.show()
 # The paper's weights, 0.01 to 0.1 every 8 steps, are set for image GANs whose losses
 # have other scales; the weight that matters here is the one that lets the score term
 # compete with the adversarial gradient of a 2-D GAN. The sweep below, all with the
-# learned score, shows how the off-manifold fraction and the coverage move with it. The
-# chapter's $\lambda = 0.3$ every step was chosen from this sweep: the paper's schedule
-# (an effective 0.0125 per step) barely moves the off-manifold mass within `reg_steps`
-# steps, while $\lambda = 1$ starts to cost coverage.
+# learned score, shows how the off-manifold fraction and the coverage move with it
+# (ratios to the plain GAN of this run). It is what supports the chapter's
+# $\lambda = 0.3$ every step: the paper's schedule (an effective 0.0125 per step) barely
+# moves the off-manifold mass within `reg_steps` steps, and $\lambda = 1$ pulls still
+# more mass onto the curve but tends to cost coverage; 0.3 is the balance between them.
 
 # %% tags=["hide-input"]
 sweep_lam = [lam / f for lam, f in LAM_SWEEP] + [lam_score / lazy_freq]
@@ -1015,6 +1019,15 @@ run.verdict()
 # made by `icmlbook sweep 10 --seeds 0-9 --update-results`: every claim and check over
 # seeds 0-9 at the default tier, with the number of seeds on which it holds and its
 # worst margin.
+#
+# The four ablation claims hold on every seed with wide margins: at equal steps the
+# score term, exact or learned, moves mass onto the manifold, and the learned one does
+# it while bringing the samples closer to the data. The matched-compute claim is another
+# matter: it holds on every seed, but on its worst seed only just (see its worst
+# margin), so the "match within 25%" is not a robust result at our scale, and a lead
+# over the plain GAN at matched compute is not one either. Against twice the steps
+# (printed in each run, not in the table) the plain GAN is ahead on most seeds. This
+# is the head start described in "Paper vs. this book", and it is what the toy shows.
 
 # %%
 across = icmlbook.across_seeds(run)
@@ -1204,18 +1217,19 @@ icmlbook.explore(update, controls, run=run)
 # | GANs | StyleGAN2, BigGAN, Aurora on CIFAR10, ImageNet, LSUN | a 3-layer MLP GAN with a 2-D latent |
 # | measure | FID (ImageNet 64, Aurora: 8.87 → 7.11) | off-manifold fraction, segment coverage, MMD on a thin spiral |
 # | baseline | the same GAN without the term | the same, and the plain GAN with 1.5x the steps (matched compute; 2x reported) |
-# | result | better FID for StyleGAN2, BigGAN, Aurora | at equal steps, less off-manifold mass and a closer MMD (claims); at matched compute a match, not a lead; in longer runs (full tier) the plain GAN catches up (reported) |
+# | result | better FID for StyleGAN2, BigGAN, Aurora | at equal steps, less off-manifold mass and a closer MMD (claims); at matched compute (1.5x steps) a match within 25%, narrowly on one seed; at 2x steps and in the full tier's longer run the plain GAN catches up (reported) |
 #
 # **What reproduces and what does not.** (i) At equal steps, the score term moves mass
 # onto the manifold, with the exact score and with the learned one, and the learned one
 # does it without losing coverage: the claims above, on every seed of the table. (ii)
 # It is a head start. The plain GAN keeps improving: given 1.5 times the steps it comes
-# close (the baseline claim asks only for a match within 25%), and given twice the steps
-# it is often ahead (printed above the verdict); in the full
-# tier's longer run it catches up with both regularized arms, and in our trials the
-# exact score at $\lambda = 0.3$ then ends with slightly *more* off-manifold mass than
-# the plain GAN: once the generator sits on the manifold, the term's remaining effect is
-# the noise of its gradient and a mode-seeking pull that thins the curve. The paper's
+# close (the baseline claim asks only for a match within 25%, and one seed of the
+# table meets it only just), and given twice the steps it is ahead on most seeds
+# (printed above the verdict). In our longer trial runs (the full tier runs one and
+# prints its ratios) the plain GAN caught up with both regularized arms, and the exact
+# score at $\lambda = 0.3$ ended with *more* off-manifold mass than the plain GAN: once
+# the generator sits on the manifold, the term's remaining effect is the noise of its
+# gradient and a mode-seeking pull that thins the curve. The paper's
 # argument is about a lasting effect, off-manifold mass that the adversarial loss never
 # removes because the optimal discriminator is flat there. Our small discriminator is
 # far from optimal and does remove it, given time, so that part of the paper's claim is
