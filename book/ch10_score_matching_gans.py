@@ -1020,7 +1020,7 @@ run.verdict()
 # seeds 0-9 at the default tier, with the number of seeds on which it holds and its
 # worst margin.
 #
-# The four ablation claims hold on every seed with wide margins: at equal steps the
+# The four ablation claims hold on every seed with clear margins: at equal steps the
 # score term, exact or learned, moves mass onto the manifold, and the learned one does
 # it while bringing the samples closer to the data. The matched-compute claim is another
 # matter: it holds on every seed, but on its worst seed only just (see its worst
