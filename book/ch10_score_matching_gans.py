@@ -972,8 +972,8 @@ off_longer = float(final_long["off"].mean())
 GAN_SAME = "the same warmed-up GANs trained as many steps without the score term"
 run.claim("off-manifold ratio, learned score / GAN", off_arm[2] / off_arm[0], "<=",
           C_OFF_LEARNED,
-          "with a learned diffusion model as the score, SMaRt moves generated mass onto "
-          "the data manifold", versus="ablation", against=GAN_SAME)
+          "with a learned diffusion model as the score, SMaRt moves generated mass "
+          "onto the data manifold", versus="ablation", against=GAN_SAME)
 run.claim("off-manifold ratio, exact score / GAN", off_arm[1] / off_arm[0], "<=",
           C_OFF_EXACT, "with the ground-truth score (the paper's toy), the same",
           versus="ablation", against=GAN_SAME)
