@@ -22,7 +22,7 @@
 # [OpenReview](https://openreview.net/forum?id=lwTshcWlmB) · earlier version:
 # [ICLR 2024 submission](https://openreview.net/forum?id=6UQaXJm53B). No official code
 # was released (the paper builds on the RL4LMs code base); everything below is written
-# from the paper's description.
+# from scratch.
 #
 # **The problem.** Fine-tuning a language model with reinforcement learning on a task
 # reward (here: "say positive things") quickly finds that the reward can be *hacked*:
@@ -45,7 +45,7 @@
 # on a toy review language whose grammaticality we can decide *exactly*.
 #
 # **What this book adds or changes.** The algorithm is rebuilt from the paper's
-# abstract and the public reviews of its earlier version. We replace PPO and its critic
+# abstract and the public reviews of its earlier version, which quote its equations. We replace PPO and its critic
 # by on-policy REINFORCE with a group-mean baseline, for DfPO and the baseline alike.
 # We apply the top-$p$ nucleus of $\pi_\theta$ before the KL-masks (without it the
 # masked policy degenerates). And we score every method, baseline included, with one
@@ -619,8 +619,8 @@ run.metric("results", {s: {k: {m: round(v, 4) for m, v in r.items() if m != "tex
 
 # %% [markdown]
 # Samples say more than the table. The unpenalized baseline hacks the reward with a
-# string of positive words; the tuned baseline and DfPO write reviews, the latter with
-# noticeably more positive adjectives than the reference.
+# string of positive words; the baseline at $\beta = 0.2$ and DfPO write reviews, the
+# latter with noticeably more positive adjectives than the reference.
 
 # %%
 for name in ("reference", "PG beta=0", "PG beta=0.2", "DfPO, lr x1 [pi-]"):
@@ -631,16 +631,18 @@ for name in ("reference", "PG beta=0", "PG beta=0.2", "DfPO, lr x1 [pi-]"):
 # %% [markdown]
 # ### Reward against naturalness
 #
-# Every run's evaluation reward (the quantity the claims measure) against its
-# grammatical rate (left) and against the drift of its network from the reference
-# (right, log scale), all sampled with the plain nucleus filter. Each method keeps its
+# Every run's evaluation reward (the quantity the claims measure) against the
+# perplexity of its text under the reference model, relative to the reference's own
+# (left; runs beyond 1.4 are degenerate and drawn at the edge), and against the drift
+# of its network from the reference (right, log scale), all sampled with the guarded filter the claims use (below).
+# Each method keeps its
 # colour here and in the widget: DfPO blue (star: $\pi^-$ inference, diamond: the
 # network $\pi_\theta$; filled: `lr`, hollow: `2 lr`), its ablations red (without
 # KL-masks) and teal (without truncation), the baseline PG at $\beta = 0$ amber, 0.05
 # purple, 0.2 grey and 1 green; the reference is the black square. The baseline's
 # $\beta$ picks a point on a line from "unchanged" ($\beta = 1$) to "degenerate"
-# ($\beta = 0$, bottom right: reward 1, grammatical rate 0); DfPO stays in the natural
-# corner without a coefficient, and its ablations fall into the degenerate one.
+# ($\beta = 0$, top right: reward 1, grammatical rate 0); DfPO stays near the reference
+# without a coefficient, and its ablations fall into the degenerate corner.
 
 # %% tags=["hide-input"]
 def scatter_style(name):
@@ -656,17 +658,21 @@ def scatter_style(name):
     return ("X" if method in ABLATIONS else "o"), color, filled, method
 
 
+PPL_CAP = 1.4  # perplexity ratios above this (degenerate runs) are drawn at the edge
 fig, axes = plt.subplots(1, 2, figsize=(10, 3.6), sharey=True)
 seen = set()
 for name, r in results.items():
     marker, color, filled, label = scatter_style(name)
-    for ax, x in zip(axes, (r["grammatical"], max(r["kl"], 1e-4))):
+    ppl = min(r["ref_ppl"] / results["reference"]["ref_ppl"], PPL_CAP)
+    for ax, x in zip(axes, (ppl, max(r["kl"], 1e-4))):
         ax.scatter(x, r["reward"], marker=marker, s=110 if marker == "*" else 40,
                    color=color if filled else "none", edgecolor=color, lw=1.3,
                    label=None if label in seen else label)
     seen.add(label)
-axes[0].set(xlabel="grammatical rate (exact acceptor)", ylabel="reward (Eq. 1)",
-            xlim=(-0.05, 1.05), ylim=(0, 1.05))
+axes[0].axvline(PPL_CAP, color="0.7", lw=0.8, ls=":")
+axes[0].text(PPL_CAP, 0.03, "degenerate:\noff the scale ", ha="right", fontsize=7)
+axes[0].set(xlabel="reference perplexity / the reference model's", ylim=(0, 1.05),
+            ylabel="reward (Eq. 1)")
 axes[1].set(xlabel=r"drift KL($\pi_\theta \| \pi_{\mathrm{ref}}$), nats per word")
 icmlbook.log_axis(axes[1], "x")
 axes[1].legend(fontsize=7, loc="lower right", ncol=2)
@@ -835,13 +841,14 @@ icmlbook.across_seeds(run)
 # %% [markdown]
 # ### Reported, not claimed
 #
-# The paper reports DfPO *above* the tuned PPO and NLPO in task score at lower
-# perplexity. Here the first line says how the two tuned runs compare in reward, the
-# second in perplexity. The third and fourth are DfPO at its higher learning rate: with
-# the plain filter, $\pi^-$ inference there can break a large share of the texts, which
-# is why DfPO's naturalness is claimed at `lr` only; with the guard it stays
-# grammatical. The last two are the diversity of DfPO's text and the reward of its
-# network alone, without the mask.
+# The paper reports DfPO *above* the tuned PPO and NLPO in task score. The first two
+# lines compare the two tuned runs' rewards: at our scale the tuned baseline gains
+# more, so this part of the paper's claim does not reproduce. The third is DfPO's
+# perplexity at `lr` relative to the reference's. The next two are DfPO's grammatical
+# rate with the *plain* filter, at both learning rates: without the guard, $\pi^-$
+# inference can break a large share of the texts on some seeds, which is why every
+# method is scored with the guard. The last two are the diversity of DfPO's text and
+# the reward of its network alone, without the mask.
 
 # %%
 for name, value in reported.items():
@@ -981,15 +988,15 @@ icmlbook.explore(update, controls, run=run)
 # | DfPO | KL-masked policies, truncated advantages, PPO inside RL4LMs, a critic | the same two ingredients (Eqs. 4–7), one on-policy step per batch, group baseline, nucleus before masking |
 # | inference | sampling from the fine-tuned model | every method with the guard (the policy's nucleus intersected with the reference's; ours, not the paper's); the plain nucleus reported |
 # | ablations | (the ICLR version's analysis of the two ingredients) | grammatical rate of DfPO minus each ablation $\ge 0.5$ |
-# | headline | higher sentiment at lower perplexity than PPO/NLPO, no $\beta$ search | network drift at most half the tuned baseline's; reward gain $\ge 0.15$; grammatical $\ge 0.95$ at both learning rates; perplexity within 15% of the reference's; the higher score than the tuned baseline is **not** reproduced (reported) |
+# | headline | higher sentiment at lower perplexity than PPO/NLPO, no $\beta$ search | network drift at most half the tuned baseline's; reward gain $\ge 0.15$; grammatical $\ge 0.95$ at both learning rates; perplexity at most 1.1 times the tuned baseline's; the higher score than the tuned baseline is **not** reproduced (reported) |
 #
 # **Honest notes.** (1) We rebuilt the algorithm from the abstract and the public
 # reviews of the ICLR version; the choices (i)–(v) listed under the equations are ours.
 # (2) With top-$p$ truncation before masking DfPO works at our scale; without it
 # $\pi^-$ inference degenerates (exercise 1, and a unit test). With the plain filter,
 # $\pi^-$ inference is fragile: the two lines "plain filter" above show how many texts
-# stay grammatical without the guard at this seed, and the results file's metrics show
-# it over seeds. The guard fixes that, and we apply it to every method so that the
+# stay grammatical without the guard at this seed, and on some seeds of our first run
+# a large share of them broke. The guard fixes that, and we apply it to every method so that the
 # comparison stays like for like. (3) DfPO's gain comes almost entirely from the
 # inference-time mask: the network $\pi_\theta$ itself moves very little (metric
 # "reward change of DfPO's network"). That is what makes it degeneration-free, and it
