@@ -53,9 +53,9 @@
 # keeps each sampled word inside the reference model's nucleus. Without it, DfPO's
 # masked policy broke a large share of its texts on some seeds, while the baseline
 # barely needs it; both filters are reported for every method. At our scale DfPO's two
-# ingredients are each indispensable and it stays natural with no coefficient, but the
-# paper's "higher score than the tuned baseline" does not reproduce: a well-tuned
-# penalty reaches a higher reward.
+# ingredients are each indispensable and it stays grammatical with no coefficient,
+# but the paper's "higher score than the tuned baseline" does not reproduce: a
+# well-tuned penalty reaches a higher reward.
 
 # %% tags=["parameters"]
 tier = "default"  # smoke | default | full: size of the experiment
@@ -753,9 +753,10 @@ print(
 # this chapter scored DfPO with the guard and the baseline without it, and claimed
 # DfPO's gain at its lower learning rate, which fell below the bar of 0.15 on a fresh
 # seed; the gain claimed now is that of DfPO tuned over its learning rate (same bar),
-# under one filter for all. Its perplexity was held to 1.15 times the reference's,
-# which failed on one seed; it is now compared with the tuned baseline's, the
-# comparison the paper makes. Its diversity and the reward of its network alone were
+# under one filter for all. DfPO's perplexity was held to 1.15 times the reference's,
+# which failed on one seed; we then held it to 1.10 times the tuned baseline's, the
+# comparison the paper makes, which failed on seed 5 of the sweep (1.115), so it is
+# reported, not claimed. Its diversity and the reward of its network alone were
 # claims; they describe this book's reconstruction, not the paper, and are reported.
 
 # %%
@@ -841,10 +842,12 @@ icmlbook.across_seeds(run)
 # %% [markdown]
 # ### Reported, not claimed
 #
-# The paper reports DfPO *above* the tuned PPO and NLPO in task score. The first two
-# lines compare the two tuned runs' rewards: at our scale the tuned baseline gains
-# more, so this part of the paper's claim does not reproduce. The third is DfPO's
-# perplexity at `lr` relative to the reference's. The next two are DfPO's grammatical
+# The paper reports DfPO *above* the tuned PPO and NLPO in task score at lower
+# perplexity. The first two lines compare the two tuned runs' rewards: at our scale
+# the tuned baseline gains more, so this part of the paper's claim does not reproduce.
+# The next two compare perplexities: the tuned DfPO's relative to the tuned
+# baseline's (about equal, on either side of 1 across seeds), and DfPO's at `lr`
+# relative to the reference's. The next two are DfPO's grammatical
 # rate with the *plain* filter, at both learning rates: without the guard, $\pi^-$
 # inference can break a large share of the texts on some seeds, which is why every
 # method is scored with the guard. The last two are the diversity of DfPO's text and
@@ -988,7 +991,7 @@ icmlbook.explore(update, controls, run=run)
 # | DfPO | KL-masked policies, truncated advantages, PPO inside RL4LMs, a critic | the same two ingredients (Eqs. 4–7), one on-policy step per batch, group baseline, nucleus before masking |
 # | inference | sampling from the fine-tuned model | every method with the guard (the policy's nucleus intersected with the reference's; ours, not the paper's); the plain nucleus reported |
 # | ablations | (the ICLR version's analysis of the two ingredients) | grammatical rate of DfPO minus each ablation $\ge 0.5$ |
-# | headline | higher sentiment at lower perplexity than PPO/NLPO, no $\beta$ search | network drift at most half the tuned baseline's; reward gain $\ge 0.15$; grammatical $\ge 0.95$ at both learning rates; perplexity at most 1.1 times the tuned baseline's; the higher score than the tuned baseline is **not** reproduced (reported) |
+# | headline | higher sentiment at lower perplexity than PPO/NLPO, no $\beta$ search | network drift at most half the tuned baseline's; reward gain $\ge 0.15$; grammatical $\ge 0.95$ at both learning rates; the higher score than the tuned baseline, and a lower perplexity than it, are **not** reproduced (reported) |
 #
 # **Honest notes.** (1) We rebuilt the algorithm from the abstract and the public
 # reviews of the ICLR version; the choices (i)–(v) listed under the equations are ours.

@@ -247,7 +247,6 @@ def test_correct_dfpo_passes_the_claims(setup, dfpo, ablations, tuned_pg):
     assert drift_ratio(setup, model, tuned_pg) <= ch.C_DRIFT
     assert res["grammatical"] >= ch.C_GRAMMATICAL
     assert res["reward"] - base["reward"] >= ch.C_GAIN
-    assert res["ref_ppl"] / tuned_pg["ref_ppl"] <= ch.C_PPL_VS_TUNED
 
 
 def test_mask_claim_fails_with_swapped_kl_masks(setup, ablations, monkeypatch):
@@ -287,7 +286,6 @@ def test_gain_claim_fails_with_a_sign_flipped_advantage(setup, monkeypatch):
     assert res["reward"] - base["reward"] < ch.C_GAIN
 
 
-def test_naturalness_claims_fail_without_the_nucleus_before_masking(setup, tuned_pg):
+def test_grammar_claim_fails_without_the_nucleus_before_masking(setup):
     _, res = dfpo_eval(setup, top_p=1.0)
     assert res["grammatical"] < ch.C_GRAMMATICAL
-    assert res["ref_ppl"] / tuned_pg["ref_ppl"] > ch.C_PPL_VS_TUNED
