@@ -758,6 +758,10 @@ print(
 # comparison the paper makes, which failed on seed 5 of the sweep (1.115), so it is
 # reported, not claimed. Its diversity and the reward of its network alone were
 # claims; they describe this book's reconstruction, not the paper, and are reported.
+# One claim is not robust: on seed 9 the ablation without KL-masks had hacked the
+# reward but not yet lost most of its grammar within the budget under the guard, so
+# the grammatical-rate difference fell below one half there (the table across seeds
+# shows it); its drift from the reference was still orders of magnitude above DfPO's.
 
 # %%
 def tuned(names, results, ref_r, min_grammatical, max_ppl_ratio):
