@@ -369,15 +369,11 @@ def dmtg(X, Y, K, *, epochs, finetune, seed, test, **kw):
     """One DMTG run: the one-shot grouping stage, pruning, then a short fine-tuning.
 
     pruned_test_mse is measured on `test` before the fine-tuning, test_mse after it."""
-    t0 = time.perf_counter()
     model, grouping, history = train_grouped(X, Y, K, epochs=epochs, seed=seed, **kw)
-    t_pruned = time.perf_counter() - t0
     pruned = pruned_mse(model, grouping, *test)
-    t0 = time.perf_counter()
     kw = {k: v for k, v in kw.items() if k in ("lr", "batch", "r")}
     train_grouped(X, Y, K, grouping, model=model, epochs=finetune, seed=seed, **kw)
     return dict(model=model, grouping=grouping, history=history, pruned_test_mse=pruned,
-                seconds=t_pruned + time.perf_counter() - t0,
                 train_mse=pruned_mse(model, grouping, X, Y),
                 test_mse=pruned_mse(model, grouping, *test))
 
@@ -540,7 +536,6 @@ for r in icmlbook.progress(range(restarts), desc="DMTG restarts"):
     dmtg_runs.append(dict(d, wrong=misassigned(d["grouping"], truth)))
 best = min(dmtg_runs, key=lambda d: d["train_mse"])
 dmtg_median = float(np.median([d["test_mse"] for d in dmtg_runs]))
-dmtg_seconds = float(np.mean([d["seconds"] for d in dmtg_runs]))
 
 
 def fixed_grouping_mse(grouping):
@@ -550,11 +545,9 @@ def fixed_grouping_mse(grouping):
     return pruned_mse(model, g, *test)
 
 
-t0 = time.perf_counter()
 Z_tag = lookahead_affinity(*train, lr=lr, epochs=cfg.epochs, seed=1000 * seed)
 g_tag = group_by_affinity(Z_tag, K_MAIN)
 mse = {"TAG lookahead affinity": fixed_grouping_mse(g_tag)}
-tag_seconds = time.perf_counter() - t0
 A_corr = corr_affinity(train[1])
 groupings = {"TAG lookahead affinity": g_tag,
              "|corr| clustering": group_by_affinity(A_corr, K_MAIN),
@@ -574,7 +567,7 @@ dmtg_pruned_mse = float(np.median([d["pruned_test_mse"] for d in dmtg_runs]))
 for r, d in enumerate(dmtg_runs):
     print(f"DMTG restart {r}: grouping {canonical(d['grouping'])}, misassigned "
           f"{d['wrong']}, train MSE {d['train_mse']:.3f}, "
-          f"test MSE {d['test_mse']:.3f}, {d['seconds']:.2f} s")
+          f"test MSE {d['test_mse']:.3f}")
 for name, g in groupings.items():
     print(f"{name:<24} grouping {canonical(g)}, misassigned {misassigned(g, truth)}")
 
@@ -636,6 +629,40 @@ fig.colorbar(im, ax=axes[1], label="probability")
 plt.show()
 
 # %% [markdown]
+# ### What each run costs
+#
+# The wall-clock time of a whole run depends on whatever else the machine is doing
+# while it runs. We therefore time one epoch of each kind of training in CPU seconds
+# of this process (one torch thread), the three kinds taking turns three times, and
+# scale the medians by the epochs each method trains: one DMTG run is `budget` epochs
+# of the $K$-branch network; TAG is `epochs` epochs of the shared network with $N$
+# lookahead steps per training step, then `budget` epochs of its grouping.
+
+# %%
+def cpu_seconds_per_epoch(fns, reps=3):
+    """Median CPU seconds of each fn(); the fns take turns in every repeat, so a burst
+    of load from elsewhere hits all of them alike. The global RNG is left untouched."""
+    times = {name: [] for name in fns}
+    with torch.random.fork_rng():
+        for _ in range(reps):
+            for name, fn in fns.items():
+                t0 = time.process_time()
+                fn()
+                times[name].append(time.process_time() - t0)
+    return {name: float(np.median(t)) for name, t in times.items()}
+
+
+epoch_seconds = cpu_seconds_per_epoch({
+    "DMTG": lambda: train_grouped(*train, K_MAIN, tau=tau, lr=lr, epochs=1),
+    "lookahead": lambda: lookahead_affinity(*train, lr=lr, epochs=1),
+    "fixed grouping": lambda: train_grouped(*train, K_MAIN, truth, lr=lr, epochs=1)})
+dmtg_seconds = budget * epoch_seconds["DMTG"]
+tag_seconds = (cfg.epochs * epoch_seconds["lookahead"]
+               + budget * epoch_seconds["fixed grouping"])
+print("CPU seconds per epoch: " + ", ".join(f"{k} {v:.3f}"
+                                            for k, v in epoch_seconds.items()))
+
+# %% [markdown]
 # ### The table
 
 # %%
@@ -646,7 +673,7 @@ rows = [("DMTG", "DMTG, best restart by training loss", best["test_mse"],
 rows += [(name, name, mse[name], misassigned(groupings[name], truth),
           tag_seconds if name.startswith("TAG") else np.nan) for name in mse]
 print(f"{'method':<36} {'test MSE':>9} {'x planted':>10} {'misassigned':>12} "
-      f"{'seconds':>8}")
+      f"{'CPU s':>8}")
 for _, name, m, wrong, sec in rows:
     w = "" if np.isnan(wrong) else f"{wrong:.0f}"
     s = "" if np.isnan(sec) else f"{sec:.1f}"
@@ -655,8 +682,8 @@ print(f"\npruned networks before fine-tuning: DMTG (median restart) "
       f"{dmtg_pruned_mse:.4f}, assignment not learned {frozen_pruned_mse:.4f}")
 recovered = sum(d["wrong"] == 0 for d in dmtg_runs)
 print(f"DMTG recovered the planted grouping in {recovered} of {restarts} restarts; "
-      f"one run took {dmtg_seconds:.1f} s, TAG's affinity and training "
-      f"{tag_seconds:.1f} s")
+      f"one run costs {dmtg_seconds:.1f} CPU s, TAG's affinity and training "
+      f"{tag_seconds:.1f} CPU s")
 
 # %% tags=["hide-input"]
 fig, ax = plt.subplots(figsize=(7, 2.8))
@@ -683,7 +710,10 @@ plt.show()
 # strongest fair baseline; then checks, which must hold if the code is right but are no
 # evidence for the paper. The thresholds were fixed before the final runs, calibrated
 # on seeds 0-4 at the default tier; each line says where its number comes from. The
-# smoke tier records them without enforcing them.
+# smoke tier records them without enforcing them. Changed after a failure: the cost
+# check first compared the wall-clock seconds of whole runs, which fell to 1.50 on a
+# busy machine; it now compares CPU seconds per epoch measured in turns (above), with
+# the same bar.
 
 # %% tags=["thresholds"]
 C_VS_FROZEN = 0.5  # DMTG / ablation, pruned test MSE; 0.18-0.30 on seeds 0-4
@@ -693,7 +723,7 @@ C_MISASSIGNED = 0  # tasks misassigned by the best restart; 0 on seeds 0-4
 C_WITHIN = 0.5  # max within / max cross-group |corr|; population 0, 0.33 on seed 0
 C_EASY = 0  # misassigned by |corr| clustering, same-function family; 0 on seed 0
 C_GROUPING_MATTERS = 0.4  # planted grouping / one shared branch, test MSE; ~0.17
-C_COST = 1.5  # TAG's seconds / one DMTG run's; 2.7 measured on seed 0
+C_COST = 1.5  # TAG's CPU seconds / one DMTG run's; 1.8-2.5 over seeds 0-9 (wall clock)
 C_ROWS = 1e-6  # |row sum of G - 1| (rounding only)
 C_ONE_HOT = 1e-6  # relative gap of Eq. 4 with one-hot G to the fixed grouping's loss
 
@@ -735,7 +765,7 @@ run.check("|corr| misassigned, same-function family", misassigned(g_easy, easy_t
 run.check("planted grouping / one shared branch, test MSE",
           planted / mse["one shared branch"], "<=", C_GROUPING_MATTERS,
           "premise: with a width-1 bottleneck the grouping matters")
-run.check("TAG seconds / one DMTG run", tag_seconds / dmtg_seconds, ">=", C_COST,
+run.check("TAG CPU seconds / one DMTG run", tag_seconds / dmtg_seconds, ">=", C_COST,
           "N lookahead steps per training step cost more than one DMTG run")
 run.check("rows of G sum to one", float((G_rows.sum(1) - 1).abs().max()), "<=", C_ROWS,
           "Eq. 3 is a distribution over branches for every task")
