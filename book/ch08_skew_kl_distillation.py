@@ -467,10 +467,8 @@ def distill(
     """Distil teacher into student (in place); returns the history of the run."""
     rng = random.Random(seed)
     gen = torch.Generator().manual_seed(seed)
-    opt = torch.optim.AdamW(student.parameters(), lr=lr, weight_decay=0.0)
-    sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda s: 0.5 * (1 + math.cos(math.pi * min(s, steps) / steps))
-    )
+    # torch.optim.AdamW's arithmetic, without its 2-3 s first-use import
+    opt = icmlbook.Adam(student.parameters(), lr=lr, decoupled=True)
     mask = response_mask(batch)
     buffer = deque(maxlen=capacity)
     phi = {"offline": 0.0, "on-policy": 1.0, "adaptive": phi0, "fixed": phi0}[regime]
@@ -510,11 +508,11 @@ def distill(
         loss = masked_mean(
             divergence(kind, t_logits, student(x[:, :-1]), alpha), mask[: len(x)]
         )
-        opt.zero_grad(set_to_none=True)
+        opt.zero_grad()
         loss.backward()
         nn.utils.clip_grad_norm_(student.parameters(), 1.0)
+        opt.lr = lr * (0.5 * (1 + math.cos(math.pi * min(step, steps) / steps)))
         opt.step()
-        sched.step()
         hist["seconds"] += time.process_time() - t0
         if (step + 1) % eval_every == 0 or step + 1 == steps:
             student.eval()

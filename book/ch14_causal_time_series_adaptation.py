@@ -649,8 +649,9 @@ def train_model(method, xs, ys, xt, seed, epochs=30, batch=128, lr=3e-3, mask_lr
     g = torch.Generator().manual_seed(seed)
     net = RationaleNet(d=d, h=h, learn_mask=(method == "caudits" and mask))
     rest = [p for name, p in net.named_parameters() if name != "mask_logits"]
-    opt = torch.optim.Adam([{"params": rest, "lr": lr},
-                            {"params": [net.mask_logits], "lr": mask_lr}])
+    # torch.optim.Adam's arithmetic (one optimiser per learning rate), without its
+    # 2-3 s first-use import
+    opt, opt_mask = icmlbook.Adam(rest, lr=lr), icmlbook.Adam([net.mask_logits], lr=mask_lr)
     # Eq. 12
     D_hat = torch.as_tensor(stability_discrepancy(np.asarray(xs), np.asarray(xt)))
     xs, ys, xt = torch.as_tensor(xs), torch.as_tensor(ys), torch.as_tensor(xt)
@@ -698,8 +699,10 @@ def train_model(method, xs, ys, xt, seed, epochs=30, batch=128, lr=3e-3, mask_lr
                         + w["lam_s"] * net.mask().mean()  # Eq. 11
                         + w["lam_stab"] * (net.mask() * D_hat).mean())  # Eq. 12
             opt.zero_grad()
+            opt_mask.zero_grad()
             loss.backward()
             opt.step()
+            opt_mask.step()
         if desc is not None:
             epochs_iter.set_postfix(loss=float(loss.detach()))
     return net

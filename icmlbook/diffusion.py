@@ -23,6 +23,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from .nn import Adam
+
 __all__ = ["Schedule", "EpsMLP", "q_sample", "diffusion_loss", "train_eps_model",
            "score_from_eps", "ddpm_sample"]
 
@@ -121,15 +123,19 @@ def train_eps_model(model: nn.Module, data: torch.Tensor | Callable[[int], torch
     ``n -> n fresh samples``. Steps are drawn uniformly from [0, t_max) (default
     all T). The learning rate decays by cosine to 5% over the run. ``progress``
     may wrap the step range, e.g. ``icmlbook.progress``.
+
+    The optimiser is :class:`icmlbook.nn.Adam` and the decay is computed as torch's
+    ``CosineAnnealingLR`` computes it (each rate from the previous one), so the model
+    trains to the bits of ``torch.optim.Adam`` with that scheduler.
     """
-    opt = torch.optim.Adam(model.parameters(), lr=lr)
-    sched_lr = torch.optim.lr_scheduler.CosineAnnealingLR(opt, steps, eta_min=0.05 * lr)
+    opt = Adam(model.parameters(), lr=lr)
+    eta_min = 0.05 * lr
     t_max = sched.T if t_max is None else t_max
     losses: list[float] = []
     steps_iter: Iterable[int] = range(steps)
     if progress is not None:
         steps_iter = progress(steps_iter)
-    for _ in steps_iter:
+    for k, _ in enumerate(steps_iter, 1):
         if callable(data):
             x0 = data(batch)
         else:
@@ -139,7 +145,10 @@ def train_eps_model(model: nn.Module, data: torch.Tensor | Callable[[int], torch
         opt.zero_grad()
         loss.backward()
         opt.step()
-        sched_lr.step()
+        # CosineAnnealingLR's recursive form, after step k of T = steps
+        opt.lr = ((1 + math.cos(math.pi * k / steps))
+                  / (1 + math.cos(math.pi * (k - 1) / steps))
+                  * (opt.lr - eta_min) + eta_min)
         losses.append(float(loss.detach()))
     model.eval()
     return losses
