@@ -450,8 +450,9 @@ def train_gan(
     M = G.members
     lam = torch.zeros(M) if lam is None else torch.as_tensor(lam, dtype=torch.float32)
     freq = [lazy_freq] * M if isinstance(lazy_freq, int) else list(lazy_freq)
-    opt_g = torch.optim.Adam(G.parameters(), lr=lr, betas=(0.5, 0.999))
-    opt_d = torch.optim.Adam(D.parameters(), lr=lr, betas=(0.5, 0.999))
+    # torch.optim.Adam's arithmetic, without its 2-3 s first-use import
+    opt_g = icmlbook.Adam(G.parameters(), lr=lr, betas=(0.5, 0.999))
+    opt_d = icmlbook.Adam(D.parameters(), lr=lr, betas=(0.5, 0.999))
     hist_adv, hist_score = [], []
     steps_iter = range(steps) if progress is None else progress(range(steps))
     for step in steps_iter:
