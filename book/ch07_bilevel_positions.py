@@ -494,10 +494,10 @@ import os
 import sys
 
 
-def on_cores(fn, jobs, desc):
+def on_cores(fn, jobs, desc, parallel=True):
     """[fn(*job) for job in jobs], on up to one forked process per core (Linux); the
-    plain loop elsewhere or on one core."""
-    workers = min(len(jobs), os.cpu_count() or 1)
+    plain loop elsewhere, on one core, or with parallel=False."""
+    workers = min(len(jobs), os.cpu_count() or 1) if parallel else 1
     if workers < 2 or not sys.platform.startswith("linux"):
         return [fn(*job) for job in icmlbook.progress(jobs, desc=desc)]
     with multiprocessing.get_context("fork").Pool(workers) as pool:
@@ -515,7 +515,9 @@ RUNS = [("sinusoidal", "sentences"), ("RoPE", "sentences"), ("ALiBi", "sentences
         ("BiPE-RoPE", "sentences"), ("BiPE-ALiBi", "sentences"),
         ("intra only", "sentences"),
         ("BiPE-RoPE", "chunks"), ("BiPE-RoPE", "random")]  # the segmentation ablations
-fitted = dict(zip(RUNS, on_cores(fit_and_read, RUNS, desc="models")))
+# at the smoke tier the trainings are too short to repay forking the workers
+fitted = dict(zip(RUNS, on_cores(fit_and_read, RUNS, desc="models",
+                                 parallel=tier != "smoke")))
 models = {key: model for key, (model, _, _) in fitted.items()}
 nlls = {key: nll for key, (_, _, nll) in fitted.items()}
 curves = {key: nll.mean(0).numpy() for key, nll in nlls.items()}
