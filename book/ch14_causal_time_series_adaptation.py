@@ -651,7 +651,8 @@ def train_model(method, xs, ys, xt, seed, epochs=30, batch=128, lr=3e-3, mask_lr
     rest = [p for name, p in net.named_parameters() if name != "mask_logits"]
     # torch.optim.Adam's arithmetic (one optimiser per learning rate), without its
     # 2-3 s first-use import
-    opt, opt_mask = icmlbook.Adam(rest, lr=lr), icmlbook.Adam([net.mask_logits], lr=mask_lr)
+    opt, opt_mask = (icmlbook.Adam(rest, lr=lr),
+                     icmlbook.Adam([net.mask_logits], lr=mask_lr))
     # Eq. 12
     D_hat = torch.as_tensor(stability_discrepancy(np.asarray(xs), np.asarray(xt)))
     xs, ys, xt = torch.as_tensor(xs), torch.as_tensor(ys), torch.as_tensor(xt)

@@ -1,4 +1,5 @@
 """Structure of the book: table of contents, pairs in sync, committed notebooks clean."""
+import json
 import re
 import subprocess
 import sys
@@ -303,6 +304,17 @@ def test_results_file_is_current(ch):
     rec = read_record(ch.ipynb)
     assert [c["name"] for c in rec["claims"]] == list(dict.fromkeys(df["name"])), (
         f"{ch.stem}: the results file's claims differ from the committed run's; run `{refresh}`")
+
+
+@pytest.mark.parametrize("ch", CHAPTERS, ids=IDS)
+def test_committed_across_seeds_output_is_not_stale(ch):
+    """The committed notebook's across-seeds table was drawn from the results file as it
+    is now: after a sweep or a restamp, the chapter must be executed again."""
+    cells = json.loads(ch.ipynb.read_text(encoding="utf-8"))["cells"]
+    stale = [i for i, c in enumerate(cells) for out in c.get("outputs", [])
+             if "STALE: the chapter's code changed since" in str(out.get("text", ""))]
+    assert not stale, (f"{ch.stem}: the committed across-seeds output (cell {stale[0]}) "
+                       f"says its results are stale; run `make execute CH={ch.number}`")
 
 
 @pytest.mark.parametrize("ch", CHAPTERS, ids=IDS)
