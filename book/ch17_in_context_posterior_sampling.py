@@ -373,23 +373,12 @@ def psbl_loss(net, arms, rewards, tables, reward_weight=REWARD_WEIGHT):
     return kl + reward_weight * bce, kl.item(), bce.item()
 
 
-@torch.no_grad()
-def adam_step(params, moments, t, lr, betas=(0.9, 0.999), eps=1e-8):
-    """One Adam step (Kingma & Ba), written out: the first use of torch.optim costs
-    seconds of imports, more than this chapter's whole smoke run may take."""
-    for p, (m, v) in zip(params, moments):
-        if p.grad is None:  # TinyGPT's token table and output layer are unused here
-            continue
-        m.mul_(betas[0]).add_(p.grad, alpha=1 - betas[0])
-        v.mul_(betas[1]).addcmul_(p.grad, p.grad, value=1 - betas[1])
-        m_hat, v_hat = m / (1 - betas[0] ** t), v / (1 - betas[1] ** t)
-        p.sub_(lr * m_hat / (v_hat.sqrt() + eps))
-
-
 def pretrain(net, arms, rewards, tables, steps, batch, lr=LR):
     """Adam on Eq. 5 over fixed offline histories, cosine-decayed; returns losses."""
     params = list(net.parameters())
-    moments = [(torch.zeros_like(p), torch.zeros_like(p)) for p in params]
+    # torch.optim.Adam's arithmetic without its seconds of first-use imports; TinyGPT's
+    # token table and output layer get no gradient here and are skipped
+    opt = icmlbook.Adam(params, lr=lr)
     history = []
     net.train()
     for step in icmlbook.progress(range(steps), desc="pretraining"):
@@ -398,8 +387,8 @@ def pretrain(net, arms, rewards, tables, steps, batch, lr=LR):
         net.zero_grad()
         loss.backward()
         nn.utils.clip_grad_norm_(params, 1.0)
-        cosine = 0.5 * (1 + math.cos(math.pi * step / steps))
-        adam_step(params, moments, step + 1, lr * cosine)
+        opt.lr = lr * 0.5 * (1 + math.cos(math.pi * step / steps))
+        opt.step()
         history.append((kl, bce))
     net.eval()
     return np.array(history)
