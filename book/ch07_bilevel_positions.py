@@ -90,7 +90,7 @@ import torch
 
 import icmlbook
 from icmlbook.tinygpt import GPTConfig, TinyGPT, fit_lm, token_logprobs
-from icmlbook.toylang import Grammar, Tokenizer, render
+from icmlbook.toylang import Grammar, Tokenizer
 
 run = icmlbook.start("07_bilevel_positions", tier=tier, seed=seed,
                      params=dict(train_len=train_len, alibi_scale=alibi_scale,

@@ -725,7 +725,7 @@ final, curves, G, D = compare_arms(
     progress=lambda it, desc: icmlbook.progress(it, desc=desc, lines=1),
 )
 # the baseline: the plain GAN arm trained on for (COMPUTE_FACTOR - 1) x reg_steps more
-final_long, curves_long, G_long, D_long = compare_arms(
+final_long, curves_long, _, _ = compare_arms(
     G.select(list(range(n_rep))),
     D.select(list(range(n_rep))),
     [0.0],
@@ -778,13 +778,12 @@ for i, arm in enumerate(rows):
         f"{float(final['mmd'][i].mean()):>8.4f}   "
         + " ".join(f"{v:.3f}" for v in final["off"][i].tolist())
     )
-for name, res in ((LONGER, final_long),):
-    print(
-        f"{name:<28} {float(res['off'][0].mean()):>12.3f} "
-        f"{float(res['cov'][0].mean()):>17.1f} "
-        f"{float(res['mmd'][0].mean()):>8.4f}   "
-        + " ".join(f"{v:.3f}" for v in res["off"][0].tolist())
-    )
+print(
+    f"{LONGER:<28} {float(final_long['off'][0].mean()):>12.3f} "
+    f"{float(final_long['cov'][0].mean()):>17.1f} "
+    f"{float(final_long['mmd'][0].mean()):>8.4f}   "
+    + " ".join(f"{v:.3f}" for v in final_long["off"][0].tolist())
+)
 for key in ("off", "mmd", "cov"):
     run.metric(
         f"{key}_per_arm",

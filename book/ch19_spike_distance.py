@@ -1316,8 +1316,7 @@ def explore_inference(window, d_max_inf, w_low, removals):
     """One window's greedy removal, stepped; five windows re-inferred with the knobs."""
     window = int(np.clip(window, 0, n_windows - 1))
     trace = []
-    kept = infer_spikes(wd_hat[window], d_max_inf, w_low, keep_beyond=True,
-                        trace=trace)
+    infer_spikes(wd_hat[window], d_max_inf, w_low, keep_beyond=True, trace=trace)
     step = int(np.clip(removals, 0, len(trace)))
     alive = sorted(set(range(PRED_LEN + d_max_inf)) - set(trace[:step]))
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.2),
