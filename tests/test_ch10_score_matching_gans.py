@@ -119,13 +119,12 @@ def arms():
              "score of half the data"]
     lams = [0.0, 0.3, -0.3, 0.3, 0.3]
     fns = [None, exact, exact, lambda x, t: untrained(x, t), half]
-    final, _, G, D = ch.compare_arms(G0, D0, lams, fns, sample, MEANS, 800, SCHED,
+    final, _, _, _ = ch.compare_arms(G0, D0, lams, fns, sample, MEANS, 800, SCHED,
                                      (25, 60), 1, 2000, sample(1000), g)
-    # the matched-compute baseline: the GAN arm (members 0, 1) trained on to 2x
-    extra = int((ch.COMPUTE_FACTOR - 1) * 800)
-    longer, _, _, _ = ch.compare_arms(G.select([0, 1]), D.select([0, 1]), [0.0], [None],
-                                      sample, MEANS, extra, SCHED, (25, 60), 1, 2000,
-                                      sample(1000), g)
+    # the matched-compute baseline: the same warmed-up GANs, plain, COMPUTE_FACTOR x 800
+    longer, _, _, _ = ch.compare_arms(G0, D0, [0.0], [None], sample, MEANS,
+                                      int(ch.COMPUTE_FACTOR * 800), SCHED, (25, 60), 1,
+                                      2000, sample(1000), g)
     out = {name: {k: float(v[i].mean()) for k, v in final.items()}
            for i, name in enumerate(names)}
     out["GAN, longer"] = {k: float(v[0].mean()) for k, v in longer.items()}
@@ -163,6 +162,27 @@ def test_score_of_half_the_data_fails_the_diversity_claims(arms):
 def test_matched_compute_baseline_is_a_trained_gan(arms):
     # the baseline is not set up to lose: given more steps, it is no worse than the GAN
     assert arms["GAN, longer"]["off"] <= 1.1 * arms["GAN"]["off"]
+
+
+def step_flops(lam, draws):
+    from torch.utils.flop_counter import FlopCounterMode
+
+    g = torch.Generator().manual_seed(0)
+    G = ch.EnsembleMLP(5, [2, ch.HIDDEN, ch.HIDDEN, ch.HIDDEN, 2])
+    D = ch.EnsembleMLP(5, [2, ch.HIDDEN, ch.HIDDEN, ch.HIDDEN, 1])
+    model = EpsMLP(dim=2, hidden=(128, 128)).requires_grad_(False)
+    with FlopCounterMode(display=False) as counter:
+        ch.train_gan(G, D, lambda n: ch.sample_gmm(MEANS, S, n, g), 1, lam=[lam] * 5,
+                     eps_fns=[lambda x, t: model(x, t)] * 5, sched=SCHED, generator=g,
+                     draws=draws)
+    return counter.get_total_flops()
+
+
+def test_matched_compute_budget_covers_one_draw_but_not_four():
+    plain = step_flops(0.0, 1)
+    assert step_flops(0.3, ch.LEARNED_DRAWS) / plain <= ch.C_FLOP_RATIO
+    # the four-draw estimator costs more than the baseline's extra steps pay for
+    assert step_flops(0.3, 4) / plain > ch.C_FLOP_RATIO
 
 
 @pytest.mark.slow
