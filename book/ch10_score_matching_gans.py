@@ -605,13 +605,19 @@ def compare_arms(
         )
         with torch.no_grad():
             x = G(torch.randn(G.members, n_eval, 2, generator=generator))
-            curves.append(off_manifold_fraction(x, means).view(A, R).mean(1))
+            # one arm at a time: the distance and kernel matrices of all arms at once
+            # would take most of a gigabyte
+            off = torch.cat([off_manifold_fraction(xa, means) for xa in x.split(R)])
+            curves.append(off.view(A, R).mean(1))
             if chunk >= n_chunks - 3:
                 evals.append(
                     dict(
-                        off=off_manifold_fraction(x, means),
-                        cov=coverage(x, means).float(),
-                        mmd=mmd(x[:, : len(real_eval)], real_eval),
+                        off=off,
+                        cov=torch.cat(
+                            [coverage(xa, means) for xa in x.split(R)]
+                        ).float(),
+                        mmd=torch.cat([mmd(xa[:, : len(real_eval)], real_eval)
+                                       for xa in x.split(R)]),
                     )
                 )
     final = {k: torch.stack([e[k] for e in evals]).mean(0).view(A, R) for k in evals[0]}
