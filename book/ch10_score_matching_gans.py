@@ -48,7 +48,7 @@
 # term), we compare with a plain GAN given 1.5 times the steps, since a regularized step
 # costs about 1.4 plain ones in floating-point operations. At that matched compute
 # SMaRt still leaves less mass off the manifold, but only with the paper's single noise
-# draw per sample: with four draws a step costs twice as much and the lead is gone. The
+# draw per sample: four draws make a step cost 2-2.5 plain steps, and the lead is gone. The
 # lead is smaller than at equal steps, SMaRt's samples are about as close to the data
 # in MMD as the plain GAN's at matched compute (a little closer on some seeds, a little
 # farther on others), and in a longer run the plain GAN catches up: at our scale SMaRt
@@ -962,7 +962,7 @@ else:
 # MMD) wide enough to let a visibly worse distribution pass; they are now reported, not
 # claimed: the exact score at this weight is mode-seeking and thins out some segments.
 # The matched-compute claim first gave the learned score four draws per sample, which
-# made a step cost about twice a plain one; against a plain GAN with twice the steps
+# made a step cost 2-2.5 plain ones; against a plain GAN with twice the steps
 # SMaRt had no lead, and even a within-50% bar failed on a seed. With the paper's one
 # draw a step costs about 1.4 plain steps, and the claim is now the paper's: a lead.
 # Its first sweep over seeds 0-9, with 5 GAN replicas per arm, held on every seed but
@@ -1261,8 +1261,8 @@ icmlbook.explore(update, controls, run=run)
 # about the plain GAN's there, a little better on some seeds and a little worse on
 # others (printed above the verdict), so the paper's better sample quality shows per
 # step but not per unit of compute. The single draw is
-# what makes the lead possible: four draws per sample, which we first used, cost twice
-# a plain step, and against a plain GAN with twice the steps SMaRt had no lead. (iii)
+# what makes the lead possible: four draws per sample, which we first used, cost 2-2.5
+# plain steps, and against a plain GAN with twice the steps SMaRt had no lead. (iii)
 # It is a head start. In our longer trial runs (the full tier runs one and
 # prints its ratios) the plain GAN caught up with both regularized arms, and a
 # regularized arm can end with *more* off-manifold mass than the plain GAN: once the
