@@ -85,7 +85,6 @@ check_range("rho", rho, 0.0, 0.95)
 
 # %%
 import itertools
-import time
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -639,20 +638,8 @@ plt.show()
 # lookahead steps per training step, then `budget` epochs of its grouping.
 
 # %%
-def cpu_seconds_per_epoch(fns, reps=3):
-    """Median CPU seconds of each fn(); the fns take turns in every repeat, so a burst
-    of load from elsewhere hits all of them alike. The global RNG is left untouched."""
-    times = {name: [] for name in fns}
-    with torch.random.fork_rng():
-        for _ in range(reps):
-            for name, fn in fns.items():
-                t0 = time.process_time()
-                fn()
-                times[name].append(time.process_time() - t0)
-    return {name: float(np.median(t)) for name, t in times.items()}
-
-
-epoch_seconds = cpu_seconds_per_epoch({
+# median CPU seconds of one epoch of each, the three taking turns three times
+epoch_seconds = icmlbook.seconds_in_turns({
     "DMTG": lambda: train_grouped(*train, K_MAIN, tau=tau, lr=lr, epochs=1),
     "lookahead": lambda: lookahead_affinity(*train, lr=lr, epochs=1),
     "fixed grouping": lambda: train_grouped(*train, K_MAIN, truth, lr=lr, epochs=1)})

@@ -36,6 +36,7 @@ _EXPORTS = {
     "read_record": "record",
     "MLP": "nn",
     "Adam": "nn",
+    "seconds_in_turns": "timing",
     "digits": "data",
     "sweep": "sweep",
     "across_seeds": "results",

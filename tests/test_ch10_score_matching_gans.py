@@ -165,17 +165,15 @@ def test_matched_compute_baseline_is_a_trained_gan(arms):
 
 
 def step_flops(lam, draws):
-    from torch.utils.flop_counter import FlopCounterMode
-
+    """Operations of one training step of a 5-member ensemble, counted by the chapter's
+    flops(), with an (untrained) learned-score network at weight lam."""
     g = torch.Generator().manual_seed(0)
     G = ch.EnsembleMLP(5, [2, ch.HIDDEN, ch.HIDDEN, ch.HIDDEN, 2])
     D = ch.EnsembleMLP(5, [2, ch.HIDDEN, ch.HIDDEN, ch.HIDDEN, 1])
     model = EpsMLP(dim=2, hidden=(128, 128)).requires_grad_(False)
-    with FlopCounterMode(display=False) as counter:
-        ch.train_gan(G, D, lambda n: ch.sample_gmm(MEANS, S, n, g), 1, lam=[lam] * 5,
-                     eps_fns=[lambda x, t: model(x, t)] * 5, sched=SCHED, generator=g,
-                     draws=draws)
-    return counter.get_total_flops()
+    return ch.flops(lambda: ch.train_gan(
+        G, D, lambda n: ch.sample_gmm(MEANS, S, n, g), 1, lam=[lam] * 5,
+        eps_fns=[lambda x, t: model(x, t)] * 5, sched=SCHED, generator=g, draws=draws))
 
 
 def test_matched_compute_budget_covers_one_draw_but_not_four():

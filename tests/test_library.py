@@ -626,3 +626,20 @@ def test_digits_are_scikit_learns_without_importing_it():
             "assert np.array_equal(X, X2) and np.array_equal(y, y2); "
             "assert X.dtype == X2.dtype and y.dtype == y2.dtype; print('EQUAL', X.shape)")
     assert "EQUAL (1797, 64)" in _fresh_python(code)
+
+
+def test_seconds_in_turns_alternates_takes_medians_and_keeps_the_rng():
+    import torch
+
+    calls, ticks = [], iter(range(100))
+    torch.manual_seed(0)
+    expected = torch.rand(3)
+    torch.manual_seed(0)
+    out = icmlbook.seconds_in_turns(
+        {"a": lambda: calls.append("a") or torch.rand(5),
+         "b": lambda: calls.append("b")},
+        reps=3, clock=lambda: next(ticks) ** 2)
+    assert calls == ["a", "b"] * 3
+    # clock readings 0, 1, 4, 9, 16, ...: "a" took 1, 9, 17 and "b" 5, 13, 21
+    assert out == {"a": 9.0, "b": 13.0}
+    assert torch.equal(torch.rand(3), expected)  # the global RNG is where it was
