@@ -1278,7 +1278,9 @@ icmlbook.explore(update, controls, run=run)
 # learned score is trained on the 100 smallest-noise steps only; the paper's diffusion
 # models are general. (vii) We measure the net effect, not the mechanism; the tests
 # check its premise, that the force of Eq. 4 on an off-manifold point points at the
-# manifold.
+# manifold. (viii) Every arm uses the same learning rate, not one tuned per arm. A
+# faster rate than ours also helps the plain GAN, so a baseline tuned on its own could
+# narrow the matched-compute lead further; the book does not measure this.
 
 # %% [markdown]
 # ## Exercises
