@@ -21,6 +21,7 @@ _EXPORTS = {
     "start": "session",
     "Session": "session",
     "ClaimFailed": "session",
+    "solution_check": "session",
     "ParameterError": "params",
     "check_tier": "params",
     "check_seed": "params",

@@ -101,9 +101,10 @@ class Chapter:
         re-wrapping a line or reformatting a cell keeps the hash, and a formatter is
         shown to have changed nothing when the hash stays. Results files are stamped
         with it; a results file whose stamp differs from the chapter's current hash is
-        stale."""
-        code = [code_fingerprint(source) for kind, _, source in self._light_cells
-                if kind == "code"]
+        stale. Cells tagged ``solution`` (the exercises' worked solutions, which run after
+        the verdict and touch no claim or record) are left out."""
+        code = [code_fingerprint(source) for kind, tags, source in self._light_cells
+                if kind == "code" and "solution" not in tags]
         return hashlib.sha256("\n# <cell>\n".join(code).encode("utf-8")).hexdigest()[:16]
 
     @property

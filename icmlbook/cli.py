@@ -83,7 +83,7 @@ def _parser() -> argparse.ArgumentParser:
     sw.add_argument("--resume", action="store_true", help="skip runs already recorded in "
                     "OUT/records for the same chapter code")
     sw.add_argument("--update-results", action="store_true", help="write results/chNN_slug.csv "
-                    "(needs --seeds 0-9 at the default tier, no -p)")
+                    "(needs --seeds 0-9 or 0-19 at the default tier, no -p)")
     sw.set_defaults(func=cmd_sweep)
 
     rep = sub.add_parser("report", help="write the reproduction report page from results/")
@@ -299,9 +299,10 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     overrides = _overrides(args.param, "--seeds")
     if args.workers is not None and args.workers < 1:
         raise UsageError("--workers must be at least 1")
-    if args.update_results and (seeds != list(range(10)) or args.tier != "default" or overrides):
-        raise UsageError("--update-results writes the committed results: --seeds 0-9, "
-                         "--tier default, no -p")
+    if args.update_results and (seeds not in (list(range(10)), list(range(20)))
+                                or args.tier != "default" or overrides):
+        raise UsageError("--update-results writes the committed results: --seeds 0-9 "
+                         "(calibration) or 0-19 (with confirmation), --tier default, no -p")
     jobs = _jobs(chapters, args.tier, seeds, overrides)
     _writable_dir(args.out, "--out")
     _writable_file(args.json, "--json")
@@ -324,11 +325,13 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     if args.json:
         Path(args.json).write_text(json.dumps([r.as_json() for r in results], indent=2) + "\n")
     if args.update_results and status == 0:
-        from icmlbook.results import write_results
+        from icmlbook.results import write_results, write_sidecar
 
         for ch in chapters:
             try:
                 print(f"results: {write_results(ch, df)}")
+                first = min((r for r in results if r.chapter == ch.number), key=lambda r: r.seed)
+                write_sidecar(ch, first.record or {})
             except ValueError as exc:
                 print(f"results: {exc}", file=sys.stderr)
                 status = 1

@@ -1,7 +1,9 @@
-"""Committed results: each chapter's claim values over seeds 0-9 at the default tier.
+"""Committed results: each chapter's claim, check and finding values over its seeds.
 
-``results/chNN_slug.csv`` is written by ``icmlbook sweep CH --seeds 0-9
---update-results`` and stamped with the hash of the chapter's code cells, so a code
+Seeds 0-9 are the **calibration** seeds (thresholds are set on them) and seeds 10-19
+the **confirmation** seeds (swept once, after the thresholds are frozen); the ``split``
+column says which. ``results/chNN_slug.csv`` is written by ``icmlbook sweep CH --seeds
+0-19 --update-results`` (or ``0-9`` for calibration alone) and stamped with the hash of the chapter's code cells, so a code
 change makes it stale (the structure tests say so) while a prose edit does not.
 A chapter's "Across seeds" cell shows it with :func:`across_seeds`; the
 reproduction report (:mod:`icmlbook.report`) gathers all of them.
@@ -16,11 +18,23 @@ from icmlbook.chapters import Chapter
 from icmlbook.tiers import RULES
 
 RESULTS_TIER = "default"
-RESULTS_SEEDS = tuple(range(10))
-COLUMNS = ["seed", "kind", "versus", "name", "value", "op", "threshold", "passed",
-           "seconds", "peak_mb", "code_hash"]
-REFRESH = "icmlbook sweep {number} --seeds 0-9 --update-results"
+CALIBRATION_SEEDS = tuple(range(10))
+CONFIRMATION_SEEDS = tuple(range(10, 20))
+RESULTS_SEEDS = CALIBRATION_SEEDS
+"""The seeds every results file holds (the confirmation seeds come on top)."""
+SPLITS = {"calibration": CALIBRATION_SEEDS, "confirmation": CONFIRMATION_SEEDS}
+COLUMNS = ["seed", "split", "kind", "versus", "name", "value", "op", "threshold", "passed",
+           "strength", "provenance", "strict", "strict_passed", "seconds", "peak_mb",
+           "code_hash"]
+"""A finding's row (kind "finding") holds the paper's direction in op/threshold and in
+``passed`` whether it held; it is never enforced."""
+REFRESH = "icmlbook sweep {number} --seeds 0-19 --update-results"
 """The command that refreshes a chapter's results file."""
+
+
+def split_of(seed: int) -> str:
+    """"calibration" (seeds 0-9), "confirmation" (10-19) or "other"."""
+    return next((k for k, seeds in SPLITS.items() if seed in seeds), "other")
 
 
 def margin(value: float, op: str, threshold: float) -> float:
@@ -28,11 +42,6 @@ def margin(value: float, op: str, threshold: float) -> float:
     if value is None or not math.isfinite(value):
         return -math.inf
     return value - threshold if op in (">=", ">") else threshold - value
-
-
-def relative_margin(value: float, op: str, threshold: float) -> float | None:
-    """:func:`margin` as a fraction of ``|threshold|`` (None for a zero threshold)."""
-    return None if threshold == 0 else margin(value, op, threshold) / abs(threshold)
 
 
 def percent(v: float | None) -> str:
@@ -45,12 +54,13 @@ def percent(v: float | None) -> str:
 
 def write_results(chapter: Chapter, df: Any) -> Path:
     """Write the chapter's rows of a sweep ``df`` to its results file, after checking that
-    they are seeds 0-9 at the default tier, with no errors, from the current code."""
-    rows = df[df["chapter"] == chapter.number]
+    they are seeds 0-9 (or 0-19) at the default tier, with no errors, from the current
+    code; the headlines and statements of the seed-0 record go to its ``.json`` sidecar."""
+    rows = df[df["chapter"] == chapter.number].copy()
     seeds = tuple(sorted(set(rows["seed"])))
     problems = []
-    if seeds != RESULTS_SEEDS:
-        problems.append(f"seeds {list(seeds)} (need 0-9)")
+    if seeds not in (CALIBRATION_SEEDS, CALIBRATION_SEEDS + CONFIRMATION_SEEDS):
+        problems.append(f"seeds {list(seeds)} (need 0-9 or 0-19)")
     if set(rows["tier"]) != {RESULTS_TIER}:
         problems.append(f"tier {sorted(set(rows['tier']))} (need {RESULTS_TIER})")
     if (rows["kind"] == "error").any():
@@ -62,9 +72,38 @@ def write_results(chapter: Chapter, df: Any) -> Path:
                          + "; ".join(problems))
     path = chapter.results_file
     path.parent.mkdir(parents=True, exist_ok=True)
+    rows["split"] = [split_of(s) for s in rows["seed"]]
     out = rows[COLUMNS].sort_values("seed", kind="stable")
     out.to_csv(path, index=False, float_format="%.8g")
     return path
+
+
+def write_sidecar(chapter: Chapter, record: dict[str, Any]) -> Path | None:
+    """``results/chNN_slug.json``: the headlines, the paper's verdict rule's inputs that do
+    not vary by seed (statements of claims and findings), from one run's record."""
+    import json
+
+    path = chapter.results_file.with_suffix(".json")
+    if not record.get("headlines") and not record.get("findings"):
+        path.unlink(missing_ok=True)
+        return None
+    meta = {
+        "code_hash": chapter.code_hash,
+        "headlines": record.get("headlines", []),
+        "claims": {c["name"]: c["statement"] for c in record.get("claims", [])},
+        "findings": {f["name"]: {"paper": f["paper"], "shows": f["shows"]}
+                     for f in record.get("findings", [])},
+    }
+    path.write_text(json.dumps(meta, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    return path
+
+
+def read_sidecar(chapter: Chapter) -> dict[str, Any] | None:
+    """The chapter's ``.json`` sidecar (headlines and statements), or None."""
+    import json
+
+    path = chapter.results_file.with_suffix(".json")
+    return json.loads(path.read_text(encoding="utf-8")) if path.exists() else None
 
 
 def read_results(chapter: Chapter) -> Any:
@@ -72,7 +111,10 @@ def read_results(chapter: Chapter) -> Any:
     import pandas as pd
 
     path = chapter.results_file
-    return pd.read_csv(path, keep_default_na=False, na_values=[""]) if path.exists() else None
+    if not path.exists():
+        return None
+    rows = _read_rows(path)
+    return pd.DataFrame(rows, columns=COLUMNS)
 
 
 def is_current(chapter: Chapter, df: Any) -> bool:
@@ -86,9 +128,14 @@ def _finite(values: list[float]) -> list[float]:
 
 def summary_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """:func:`summary` over plain rows (dicts with the :data:`COLUMNS` keys), without
-    pandas: per claim, in the order declared, paper claims first, then checks."""
+    pandas: per claim, in the order declared, paper claims first, then checks, then
+    findings. ``calibration``/``confirmation`` count the seeds of each split on which
+    the claim holds (a finding: on which the paper's direction held); ``strict``
+    counts the seeds on which a weaker claim also clears its superiority version."""
     groups: dict[str, list[dict[str, Any]]] = {}
     for r in rows:
+        r = {"strength": None, "provenance": None, "strict_passed": None, **r}
+        r["split"] = r.get("split") or split_of(int(r["seed"]))
         groups.setdefault(r["name"], []).append(r)
     out = []
     for name, g in groups.items():
@@ -97,18 +144,50 @@ def summary_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         seen = _finite(values)
         worst = min(margin(v, op, thr) for v in values)
         versus = g[0]["versus"]
-        out.append({
+        row = {
             "kind": g[0]["kind"], "claim": name,
             "isolates": versus if isinstance(versus, str) and versus else "-",
             "needs": f"{op} {thr:.6g}",
             "min": min(seen, default=math.nan), "median": _median(seen),
             "max": max(seen, default=math.nan),
-            "passed": f"{sum(bool(r['passed']) for r in g)}/{len(g)}",
-            "worst margin": worst,
-            "worst margin %": (None if thr == 0 else round(100 * worst / abs(thr), 1)),
-        })
-    order = {"paper": 0, "check": 1, "unsorted": 2}
+        }
+        for split in SPLITS:
+            part = [r for r in g if r["split"] == split]
+            if part or split == "calibration":
+                row[split] = f"{sum(bool(r['passed']) for r in part)}/{len(part)}"
+        row["passed"] = f"{sum(bool(r['passed']) for r in g)}/{len(g)}"
+        row["worst margin"] = worst
+        row["worst margin %"] = None if thr == 0 else round(100 * worst / abs(thr), 1)
+        row["strength"] = g[0]["strength"] or "-"
+        row["provenance"] = g[0]["provenance"] or "-"
+        stricts = [bool(r["strict_passed"]) for r in g if r["strict_passed"] in (True, False)]
+        row["strict"] = f"{sum(stricts)}/{len(stricts)}" if stricts else "-"
+        out.append(row)
+    order = {"paper": 0, "check": 1, "unsorted": 2, "finding": 3}
     return sorted(out, key=lambda row: order[row["kind"]])  # sorted() is stable
+
+
+def verdict_across(rows: list[dict[str, Any]], meta: dict[str, Any] | None
+                   ) -> dict[str, Any] | None:
+    """The paper's verdict over every seed of a results file, by the rule of
+    :mod:`icmlbook.verdicts`: a claim counts as holding if it holds on every seed, a
+    finding as the paper's way if on every seed, against it if on none."""
+    from icmlbook.verdicts import combine, grade, weak
+
+    if not meta or not meta.get("headlines"):
+        return None
+    claims: dict[str, dict] = {}
+    findings: dict[str, bool | None] = {}
+    for name in dict.fromkeys(r["name"] for r in rows):
+        g = [r for r in rows if r["name"] == name]
+        n_ok = sum(bool(r["passed"]) for r in g)
+        if g[0]["kind"] == "finding":
+            findings[name] = True if n_ok == len(g) else False if n_ok == 0 else None
+        elif g[0]["kind"] == "paper":
+            claims[name] = {"passed": n_ok == len(g), "weak": weak(g[0])}
+    graded = [(h["name"], *grade(h, claims, findings)) for h in meta["headlines"]]
+    return {"paper": combine(v for _, v, _ in graded),
+            "headlines": [{"name": n, "verdict": v, "reason": r} for n, v, r in graded]}
 
 
 def _median(values: list[float]) -> float:
@@ -133,12 +212,20 @@ def _read_rows(path: Path) -> list[dict[str, Any]]:
 
     with open(path, newline="") as f:
         rows = list(csv.DictReader(f))
-    for r in rows:
+    for r in rows:  # files made before the split/strength columns read with defaults
         r["seed"] = int(r["seed"])
+        r["split"] = r.get("split") or split_of(r["seed"])
         r["versus"] = r["versus"] or None
         r["value"] = float(r["value"]) if r["value"] else math.nan
         r["threshold"] = float(r["threshold"])
         r["passed"] = r["passed"] == "True"
+        r["strength"] = r.get("strength") or None
+        r["provenance"] = r.get("provenance") or None
+        r["strict"] = float(r["strict"]) if r.get("strict") else None
+        r["strict_passed"] = (None if not r.get("strict_passed")
+                              else r["strict_passed"] == "True")
+        r["seconds"] = float(r["seconds"]) if r.get("seconds") else math.nan
+        r["peak_mb"] = float(r["peak_mb"]) if r.get("peak_mb") else math.nan
     return rows
 
 
@@ -159,16 +246,16 @@ def across_seeds(run: Any, root: str | Path | None = None) -> list[dict[str, Any
         print(f"No results file yet ({chapter.results_file.name}); make it with `{refresh}`.")
         return None
     rows = _read_rows(chapter.results_file)
-    seeds = sorted({r["seed"] for r in rows})
     current = {r["code_hash"] for r in rows} == {chapter.code_hash}
     state = ("made from this chapter's current code" if current else
              f"STALE: the chapter's code changed since; refresh with `{refresh}`")
-    print(f"Seeds {seeds[0]}-{seeds[-1]} at the {RESULTS_TIER} tier ({len(seeds)} runs, "
-          f"{chapter.results_file.relative_to(chapter.root)}), {state}.")
+    print(f"{_describe_seeds(rows)} at the {RESULTS_TIER} tier "
+          f"({chapter.results_file.relative_to(chapter.root)}), {state}.")
     table = summary_rows(rows)
-    shown = [{**row, **{col: f"{row[col]:.4g}" for col in ("min", "median", "max",
-                                                           "worst margin")},
-              "worst margin %": percent(row["worst margin %"])} for row in table]
+    shown = [{k: v for k, v in {
+        **row, **{col: f"{row[col]:.4g}" for col in ("min", "median", "max", "worst margin")},
+        "worst margin %": percent(row["worst margin %"])}.items()
+        if k != "passed" and not all(r[k] == "-" for r in table)} for row in table]
     if RULES[run.tier].results_plot:
         import pandas as pd
         from IPython.display import display
@@ -178,7 +265,24 @@ def across_seeds(run: Any, root: str | Path | None = None) -> list[dict[str, Any
     else:  # the committed results are the same at every tier; smoke keeps to its budget
         print(_text_table(shown))
         print(f"(the strip plot of these values is drawn at the {RESULTS_TIER} tier)")
+    verdict = verdict_across(rows, read_sidecar(chapter))
+    if verdict:
+        print(f"The paper's verdict over these seeds: {verdict['paper'].upper()}")
+        for h in verdict["headlines"]:
+            print(f"  {h['name']}: {h['verdict']} ({h['reason']})")
     return table
+
+
+def _describe_seeds(rows: list[dict[str, Any]]) -> str:
+    """"Calibration seeds 0-9 (10 runs) and confirmation seeds 10-19 (10 runs)"."""
+    parts = []
+    for split in (*SPLITS, "other"):
+        seeds = sorted({r["seed"] for r in rows if r["split"] == split})
+        if seeds:
+            span = f"{seeds[0]}-{seeds[-1]}" if len(seeds) > 1 else f"{seeds[0]}"
+            parts.append(f"{split} seeds {span} ({len(seeds)} runs)")
+    text = " and ".join(parts)
+    return text[0].upper() + text[1:]
 
 
 def _text_table(rows: list[dict[str, Any]]) -> str:
@@ -203,7 +307,11 @@ def _strip_plot(rows: list[dict[str, Any]], table: list[dict[str, Any]]) -> None
         g = [r for r in rows if r["name"] == name]
         kind = g[0]["kind"]
         x = np.random.default_rng(0).uniform(-0.15, 0.15, len(g))
-        colour = [("C0" if kind == "paper" else "0.45") if r["passed"] else "C3" for r in g]
+        x = x + np.array([0.2 if r["split"] == "confirmation" else -0.2 for r in g])
+        if kind == "finding":  # never enforced: purple where the paper's direction held
+            colour = ["C4" if r["passed"] else "C1" for r in g]
+        else:
+            colour = [("C0" if kind == "paper" else "0.45") if r["passed"] else "C3" for r in g]
         ax.scatter(x, [r["value"] for r in g], s=12, c=colour, zorder=3)
         ax.axhline(g[0]["threshold"], color="k", ls="--", lw=1)
         ax.set_xlim(-0.5, 0.5)
@@ -212,8 +320,9 @@ def _strip_plot(rows: list[dict[str, Any]], table: list[dict[str, Any]]) -> None
         ax.tick_params(labelsize=7)
     for ax in list(axes.flat)[len(names):]:
         ax.axis("off")
-    fig.suptitle("each claim and check over seeds (dots; red: a failing seed), its threshold "
-                 "(dashed)", fontsize=8)
+    fig.suptitle("each claim and check over seeds (dots: calibration left, confirmation right; "
+                 "red: a failing seed), its threshold (dashed); findings: purple where the "
+                 "paper's direction held, orange where not", fontsize=8)
     plt.show()
 
 

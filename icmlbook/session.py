@@ -6,7 +6,10 @@
     run.claim("validity at every scale", gap, "<=", C_GAP, "KT-ACI's miscoverage ...",
               versus="ablation", against="the same bettor with a fixed stake")   # paper claim
     run.check("wealth identity (Eq. 5)", err, "<=", C_IDENTITY, "W_T = eps + sum c_t s_t")
-    run.verdict()      # the robust verdict table; raises ClaimFailed at default/full
+    run.finding("KT vs tuned OGD, strict", ratio, "<=", 1.0, paper="...", shows="...")
+    run.headline("validity at every scale", "Thm. 1, Fig. 2", claims=[...], findings=[...])
+    run.verdict()      # the robust verdict table and the paper's verdict; raises
+                       # ClaimFailed at default/full
     ...
     run.finish()       # embeds the machine-readable record in the notebook
 """
@@ -18,6 +21,7 @@ import operator
 import resource
 import sys
 import time
+import zlib
 from dataclasses import asdict, dataclass
 from types import SimpleNamespace
 from typing import Any
@@ -25,6 +29,8 @@ from typing import Any
 from icmlbook.params import check_seed, check_tier
 from icmlbook.record import RECORD_MIME, RECORD_VERSION
 from icmlbook.tiers import ENFORCED_TIERS, configure_torch, pick, rules, seed_everything
+from icmlbook.verdicts import (PROVENANCE, STRENGTH, Finding, Headline, paper_verdict,
+                               print_verdict)
 
 _OPS = {"<=": operator.le, "<": operator.lt, ">=": operator.ge, ">": operator.gt}
 
@@ -54,6 +60,10 @@ class Claim:
     kind: str = "paper"
     versus: str | None = None
     against: str | None = None
+    strength: str | None = None  # see icmlbook.verdicts.STRENGTH (paper claims only)
+    provenance: str | None = None  # see icmlbook.verdicts.PROVENANCE
+    strict: float | None = None  # threshold of the strict (superiority) version
+    strict_passed: bool | None = None
 
 
 class Session:
@@ -66,6 +76,8 @@ class Session:
         self.chapter, self.tier, self.seed = chapter, tier, seed
         self.params = dict(params or {})
         self.claims: list[Claim] = []
+        self.findings: list[Finding] = []
+        self.headlines: list[Headline] = []
         self.metrics: dict[str, Any] = {}
         self.widget_seconds: float | None = None
         self._t0 = time.perf_counter()
@@ -86,14 +98,53 @@ class Session:
         return pick(self.tier, **per_tier)
 
     # -- claims ---------------------------------------------------------------
+    # -- named random streams -------------------------------------------------
+    def stream_seed(self, name: str) -> int:
+        """A 63-bit seed for the random stream ``name`` of this chapter and seed.
+
+        Derived with NumPy's ``SeedSequence`` from (seed, chapter, name), so streams of
+        one run are independent of each other and of every other run's streams (run s's
+        "data" stream is not run s+1's "init" stream, as ``seed + 1`` offsets were)."""
+        words = [self.seed, zlib.crc32(self.chapter.encode()), zlib.crc32(name.encode())]
+        import numpy as np
+
+        return int(np.random.SeedSequence(words).generate_state(1, np.uint64)[0] >> 1)
+
+    def rng(self, name: str):
+        """A NumPy ``Generator`` for the named stream (a fresh one on every call)."""
+        import numpy as np
+
+        return np.random.default_rng(self.stream_seed(name))
+
+    def generator(self, name: str, device: str | None = None):
+        """A torch ``Generator`` for the named stream (on ``device``, default CPU)."""
+        import torch
+
+        return torch.Generator(device=device or "cpu").manual_seed(self.stream_seed(name))
+
+    def reseed(self, name: str) -> None:
+        """Reseed Python's, NumPy's and torch's global generators from the named stream:
+        for code that draws from the global generators (a module's weight init)."""
+        seed_everything(self.stream_seed(name) % 2**32, torch="torch" in sys.modules)
+
+    # -- claims ---------------------------------------------------------------
     def claim(self, name: str, value: float, op: str, threshold: float, statement: str,
-              *, versus: str | None = None, against: str | None = None, digits: int = 4) -> bool:
+              *, versus: str | None = None, against: str | None = None,
+              strength: str | None = None, provenance: str | None = None,
+              strict: float | None = None, digits: int = 4) -> bool:
         """A paper claim ``value op threshold``: what the paper says its method does.
 
         ``versus`` names what it isolates, ``"ablation"`` (the key ingredient against
         the method without it) or ``"baseline"`` (against the strongest fair baseline),
         and ``against`` names that ablation or baseline. The threshold is a named
         constant fixed before the run. Prints the measurement; returns whether it holds.
+
+        ``strength`` says how strong the statement is (:data:`icmlbook.verdicts.STRENGTH`:
+        superiority, non-inferiority, within a factor, against a stand-in) and
+        ``provenance`` where its threshold came from (:data:`icmlbook.verdicts.PROVENANCE`).
+        A claim weaker than superiority gives ``strict``, the threshold of the superiority
+        version (``1.0`` for a ratio, ``0.0`` for a difference): whether the value also
+        clears it is recorded (never enforced) and counted across seeds by the report.
         """
         if versus is None and against is None:
             kind = "unsorted"
@@ -102,8 +153,56 @@ class Session:
                              f"against must name the ablation or baseline")
         else:
             kind = "paper"
-        return self._declare(Claim(name, statement, float(value), op, float(threshold), False,
-                                   kind, versus, against), digits)
+        if strength is not None and strength not in STRENGTH:
+            raise ValueError(f"claim {name!r}: strength must be one of {list(STRENGTH)}")
+        if provenance is not None and provenance not in PROVENANCE:
+            raise ValueError(f"claim {name!r}: provenance must be one of {list(PROVENANCE)}")
+        if strength not in (None, "superiority") and strict is None:
+            raise ValueError(f"claim {name!r}: a {strength} claim needs strict=, the "
+                             "threshold of its superiority version")
+        c = Claim(name, statement, float(value), op, float(threshold), False, kind, versus,
+                  against, strength, provenance, None if strict is None else float(strict))
+        if c.strict is not None:
+            c.strict_passed = bool(math.isfinite(c.value) and _OPS[op](c.value, c.strict))
+        return self._declare(c, digits)
+
+    def finding(self, name: str, value: float, op: str, reference: float, *, paper: str,
+                shows: str, digits: int = 4) -> bool:
+        """A finding: something the paper states that this book measures but does not
+        claim (it did not reproduce, it is a tie, it depends on the budget).
+
+        ``value op reference`` is the paper's statement in the direction the paper makes
+        it (``"<="``, ``1.0``: the method's cost is at most the baseline's); ``paper``
+        quotes that statement and ``shows`` says what the measurement shows. Recorded,
+        swept over the seeds and gathered by the report; never enforced. Returns whether
+        the paper's direction held on this run."""
+        if op not in _OPS:
+            raise ValueError(f"finding {name!r}: op must be one of {list(_OPS)}; got {op!r}")
+        if any(f.name == name for f in self.findings) or any(c.name == name for c in self.claims):
+            raise ValueError(f"finding {name!r} declared twice (or also a claim)")
+        value = float(value)
+        holds = bool(math.isfinite(value) and _OPS[op](value, float(reference)))
+        self.findings.append(Finding(name, paper, shows, value, op, float(reference), holds))
+        print(f"{'paper direction holds' if holds else 'paper direction fails'}  [finding] "
+              f"{name}: measured {value:.{digits}g} (the paper's statement: {op} "
+              f"{float(reference):.10g})")
+        return holds
+
+    def headline(self, name: str, statement: str, source: str, *, claims: list[str] = (),
+                 findings: list[str] = (), testable: bool = True, why: str = "") -> None:
+        """One headline claim of the paper, in the paper's words (``statement``, with its
+        number where it has one) and where it is (``source``: "Table 2"), tested by the
+        named paper claims and findings. ``testable=False`` (with ``why``) marks a
+        headline this scale cannot test. :meth:`verdict` grades each headline and the
+        paper by the rule of :func:`icmlbook.verdicts.grade`."""
+        if any(h.name == name for h in self.headlines):
+            raise ValueError(f"headline {name!r} declared twice")
+        if testable and not (claims or findings):
+            raise ValueError(f"headline {name!r}: name the claims or findings that test it")
+        if not testable and not why:
+            raise ValueError(f"headline {name!r}: say why it is not testable at this scale")
+        self.headlines.append(Headline(name, statement, source, list(claims), list(findings),
+                                       testable, why))
 
     def check(self, name: str, value: float, op: str, threshold: float, statement: str,
               *, digits: int = 4) -> bool:
@@ -155,17 +254,22 @@ class Session:
             print(f"{n_ok}/{len(self.claims)} claims hold (tier {self.tier}: {mode})")
         else:
             width = max(width + 2, *(len(SECTIONS[k]) for k in kinds))
-            print(f"{'':<{width}}  {'needs':<12}  {'isolates':<8}  verdict")
+            graded = any(c.strength for c in self.claims)
+            extra = f"  {'strength':<15}" if graded else ""
+            print(f"{'':<{width}}  {'needs':<12}  {'isolates':<8}{extra}  verdict")
             counts = []
             for k in kinds:
                 group = [c for c in self.claims if c.kind == k]
                 print(SECTIONS[k])
                 for c in group:
+                    more = f"  {c.strength or '-':<15}" if graded else ""
                     print(f"  {c.name:<{width - 2}}  "
                           f"{c.op + ' ' + format(c.threshold, '.10g'):<12}  "
-                          f"{c.versus or '-':<8}  {'PASS' if c.passed else 'FAIL'}")
+                          f"{c.versus or '-':<8}{more}  {'PASS' if c.passed else 'FAIL'}")
                 counts.append(f"{sum(c.passed for c in group)}/{len(group)} {SECTIONS[k]}")
             print(f"{' and '.join(counts)} hold (tier {self.tier}: {mode})")
+        if self.findings or self.headlines:
+            print_verdict(self.headlines, self.claims, self.findings)
         failed = [c for c in self.claims if not c.passed]
         if failed and self.enforced:
             self._emit_record()
@@ -196,6 +300,10 @@ class Session:
             "widget_seconds": self.widget_seconds,
             "status": status,
             "claims": [asdict(c) for c in self.claims],
+            "findings": [asdict(f) for f in self.findings],
+            "headlines": [asdict(h) for h in self.headlines],
+            "verdict": (paper_verdict(self.headlines, self.claims, self.findings)
+                        if self.headlines else None),
             "metrics": self.metrics,
         }
 
@@ -224,6 +332,20 @@ class Session:
         else:
             print(summary)
         return rec
+
+
+def solution_check(name: str, value: float, op: str, threshold: float, digits: int = 4) -> None:
+    """The assertion that ends an exercise's worked solution: ``value op threshold``,
+    printed, and an AssertionError at every tier when it fails. Solutions are not
+    evidence for the paper: they touch neither the claims nor the run record."""
+    if op not in _OPS:
+        raise ValueError(f"solution check {name!r}: op must be one of {list(_OPS)}; got {op!r}")
+    ok = bool(math.isfinite(float(value)) and _OPS[op](float(value), float(threshold)))
+    print(f"solution check {'holds' if ok else 'FAILS'}: {name}: measured "
+          f"{float(value):.{digits}g} (needs {op} {float(threshold):.10g})")
+    if not ok:
+        raise AssertionError(f"solution check {name!r}: {float(value):.{digits}g} is not "
+                             f"{op} {float(threshold):.10g}")
 
 
 def start(chapter: str, tier: str = "default", seed: int = 0,

@@ -25,12 +25,14 @@ from pathlib import Path
 from typing import Any
 
 from icmlbook.chapters import Chapter
+from icmlbook.results import split_of
 from icmlbook.runner import Result, execute, run_key
 
-COLUMNS = ["chapter", "slug", "seed", "tier", "kind", "versus", "name", "value", "op",
-           "threshold", "passed", "status", "seconds", "peak_mb", "code_hash"]
-"""The tidy table: one row per chapter x seed x claim (a run that ended before any
-claim gives one row with kind "error")."""
+COLUMNS = ["chapter", "slug", "seed", "split", "tier", "kind", "versus", "name", "value",
+           "op", "threshold", "passed", "strength", "provenance", "strict", "strict_passed",
+           "status", "seconds", "peak_mb", "code_hash"]
+"""The tidy table: one row per chapter x seed x claim, check or finding (a run that
+ended before any claim gives one row with kind "error")."""
 
 
 @dataclass
@@ -205,6 +207,7 @@ def tidy(results: list[Result]) -> Any:
     for r in results:
         rec = r.record or {}
         base = {"chapter": r.chapter, "slug": r.slug, "seed": r.seed, "tier": r.tier,
+                "split": split_of(r.seed),
                 "status": r.verdict, "seconds": round(r.seconds, 2),
                 "peak_mb": rec.get("peak_rss_mb"), "code_hash": r.code_hash}
         claims = rec.get("claims") or []
@@ -214,7 +217,13 @@ def tidy(results: list[Result]) -> Any:
         for c in claims:
             rows.append({**base, "kind": c.get("kind", "unsorted"), "versus": c.get("versus"),
                          "name": c["name"], "value": c["value"], "op": c["op"],
-                         "threshold": c["threshold"], "passed": bool(c["passed"])})
+                         "threshold": c["threshold"], "passed": bool(c["passed"]),
+                         "strength": c.get("strength"), "provenance": c.get("provenance"),
+                         "strict": c.get("strict"), "strict_passed": c.get("strict_passed")})
+        for f in rec.get("findings") or []:
+            rows.append({**base, "kind": "finding", "versus": None, "name": f["name"],
+                         "value": f["value"], "op": f["op"], "threshold": f["reference"],
+                         "passed": bool(f["holds"])})
     return pd.DataFrame(rows, columns=COLUMNS)
 
 

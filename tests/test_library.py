@@ -128,7 +128,9 @@ def test_record_is_json_and_complete():
     assert rec["params"] == {"alpha": 0.1} and rec["metrics"] == {"curve": [0, 1, 2]}
     assert rec["status"] == "passed" and rec["peak_rss_mb"] > 0 and rec["seconds"] >= 0
     assert set(rec["claims"][0]) == {"name", "statement", "value", "op", "threshold", "passed",
-                                     "kind", "versus", "against"}
+                                     "kind", "versus", "against", "strength", "provenance",
+                                     "strict", "strict_passed"}
+    assert rec["findings"] == [] and rec["headlines"] == [] and rec["verdict"] is None
     assert rec["claims"][0]["kind"] == "unsorted"
 
 
@@ -175,13 +177,11 @@ def test_tier_rules_are_one_table_read_by_the_rest():
 
 # -- results and the report --------------------------------------------------
 def test_margins_point_inwards():
-    from icmlbook.results import margin, relative_margin
+    from icmlbook.results import margin
 
     assert margin(0.8, "<=", 1.0) == pytest.approx(0.2)
     assert margin(1.2, "<=", 1.0) == pytest.approx(-0.2)
     assert margin(3.0, ">=", 2.0) == 1.0 and margin(float("nan"), ">=", 2.0) == -float("inf")
-    assert relative_margin(1.5, ">", 1.0) == pytest.approx(0.5)
-    assert relative_margin(0.0, "<=", 0.0) is None
 
 
 def _fake_book(tmp_path, rows):
@@ -219,6 +219,7 @@ def test_summary_counts_passes_and_worst_margin(tmp_path):
     assert list(t["kind"]) == ["paper", "check"]
     paper = t.iloc[0]
     assert paper["passed"] == "9/10" and paper["worst margin"] == pytest.approx(-0.2)
+    assert paper["calibration"] == "9/10" and "confirmation" not in paper
     assert paper["max"] == 1.2 and paper["worst margin %"] == pytest.approx(-20.0)
 
 
@@ -227,7 +228,8 @@ def test_report_renders_swept_and_unswept_chapters(tmp_path):
 
     root = _fake_book(tmp_path, _rows([0.5] * 10) + _rows([0.0] * 10, "check", "k", "<=", 1e-9))
     page = report.render(root)
-    assert "**1 of 1 paper claims** in 1 swept chapter hold on all 10 seeds" in page
+    assert "**1 of 1 paper claims** in 1 swept chapter hold on every committed seed" in page
+    assert "**0 reproduced**" in page and "| verdict pending |" in page
     assert "**1 of 1 checks**" in page and "Not swept yet (1 chapter): [06]" in page
     assert page.count("<td style=") == 20 and "icmlbook-heatmap" in page
     assert report.write(root).read_text() == page
@@ -643,3 +645,70 @@ def test_seconds_in_turns_alternates_takes_medians_and_keeps_the_rng():
     # clock readings 0, 1, 4, 9, 16, ...: "a" took 1, 9, 17 and "b" 5, 13, 21
     assert out == {"a": 9.0, "b": 13.0}
     assert torch.equal(torch.rand(3), expected)  # the global RNG is where it was
+
+
+# -- named streams, findings, headlines and the verdict rule ------------------------------
+def test_named_streams_are_reproducible_and_independent():
+    from icmlbook import session
+
+    a = session.start("99_test", tier="smoke", seed=3, torch=False)
+    b = session.start("99_test", tier="smoke", seed=4, torch=False)
+    c = session.start("98_other", tier="smoke", seed=3, torch=False)
+    assert a.rng("data").random() == a.rng("data").random()
+    assert a.stream_seed("data") != a.stream_seed("init")
+    assert a.stream_seed("data") != b.stream_seed("data") != c.stream_seed("data")
+    assert 0 <= a.stream_seed("x") < 2**63
+
+
+def test_findings_and_the_verdict_rule(capsys):
+    from icmlbook import session
+    from icmlbook.verdicts import combine, grade
+
+    run = session.start("99_test", tier="default", seed=0, torch=False)
+    run.claim("ratio", 0.8, "<=", 0.9, "s", versus="ablation", against="a",
+              strength="superiority", provenance="a priori")
+    run.claim("tie", 1.02, "<=", 1.05, "s", versus="baseline", against="b",
+              strength="non-inferiority", provenance="calibrated", strict=1.0)
+    with pytest.raises(ValueError, match="strict"):
+        run.claim("x", 1, "<=", 2, "s", versus="baseline", against="b",
+                  strength="non-inferiority")
+    assert run.finding("beats UCB1", 1.3, "<=", 1.0, paper="p", shows="s") is False
+    run.headline("h1", "the paper says", "Table 1", claims=["ratio"])
+    run.headline("h2", "the paper says", "Fig. 2", claims=["tie"], findings=["beats UCB1"])
+    run.verdict()
+    out = capsys.readouterr().out
+    assert "findings (recorded, not enforced)" in out and "PARTLY" in out
+    rec = run.record()
+    assert rec["claims"][1]["strict_passed"] is False and rec["status"] == "passed"
+    assert [h["verdict"] for h in rec["verdict"]["headlines"]] == ["reproduced", "partly"]
+    h = {"name": "h", "testable": True, "claims": [], "findings": ["f"]}
+    assert grade(h, {}, {"f": False})[0] == "not reproduced"
+    assert grade(h, {}, {"f": None})[0] == "partly"
+    assert grade({**h, "testable": False, "why": "w"}, {}, {})[0] == "not testable"
+    assert combine(["reproduced", "not testable"]) == "reproduced"
+    assert combine(["not reproduced", "not testable"]) == "not reproduced"
+    assert combine(["reproduced", "not reproduced"]) == "partly"
+
+
+def test_solution_check_asserts_at_every_tier(capsys):
+    from icmlbook import solution_check
+
+    solution_check("ratio", 2.1, ">=", 2.0)
+    assert "solution check holds" in capsys.readouterr().out
+    with pytest.raises(AssertionError, match="ratio"):
+        solution_check("ratio", 1.9, ">=", 2.0)
+
+
+def test_confirmation_seeds_and_findings_are_summarised_apart():
+    import pandas as pd
+
+    from icmlbook.results import summary, verdict_across
+
+    rows = _rows([0.5] * 20) + _rows([1.5] * 5 + [0.5] * 15, "finding", "f")
+    t = summary(pd.DataFrame(rows))
+    assert list(t["kind"]) == ["paper", "finding"]
+    assert t.iloc[0]["calibration"] == "10/10" and t.iloc[0]["confirmation"] == "10/10"
+    assert t.iloc[1]["calibration"] == "5/10"
+    meta = {"headlines": [{"name": "h", "testable": True, "claims": ["c"], "findings": ["f"]}]}
+    v = verdict_across(pd.DataFrame(rows).to_dict("records"), meta)
+    assert v["paper"] == "partly" and "some seeds" in v["headlines"][0]["reason"]

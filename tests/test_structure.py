@@ -214,6 +214,24 @@ def test_ci_calls_make_test():
 # issue that brings it to the standard. The rules below skip them, visibly; the list
 # only shrinks.
 PENDING_AUDIT: dict[str, int] = {}
+# Chapters still to be brought to a later standard, each with its issue; a rule skips
+# them visibly and each list only shrinks:
+# - verdicts (issue 44): headlines graded by the rule of icmlbook.verdicts, findings
+#   recorded for what did not reproduce, strength and provenance on every paper claim;
+# - confirmation (issue 40): results over seeds 0-19, not 0-9 alone;
+# - solutions (issue 41): every exercise followed by its worked, executed solution;
+# - streams (issue 45): random numbers drawn from named streams (run.rng, run.generator,
+#   run.reseed), no ad-hoc seed offsets or fixed seeds.
+_ALL = {c.number for c in CHAPTERS}
+PENDING_VERDICTS: dict[str, int] = {n: 44 for n in _ALL}
+PENDING_CONFIRMATION: dict[str, int] = {n: 40 for n in _ALL}
+PENDING_SOLUTIONS: dict[str, int] = {n: 41 for n in _ALL}
+PENDING_STREAMS: dict[str, int] = {n: 45 for n in _ALL}
+
+
+def _pending(ch, table, what):
+    if ch.number in table:
+        pytest.skip(f"chapter {ch.number}: {what} pending (issue {table[ch.number]})")
 CLAIM_CALLS = ("claim", "check")
 
 
@@ -288,7 +306,8 @@ def test_paper_claims_isolate_something_and_checks_are_apart(ch):
 
 @pytest.mark.parametrize("ch", CHAPTERS, ids=IDS)
 def test_results_file_is_current(ch):
-    from icmlbook.results import REFRESH, RESULTS_SEEDS, read_results
+    from icmlbook.results import (CALIBRATION_SEEDS, CONFIRMATION_SEEDS, REFRESH, read_results,
+                                  read_sidecar)
 
     _audited(ch)
     df = read_results(ch)
@@ -297,13 +316,26 @@ def test_results_file_is_current(ch):
     assert set(df["code_hash"]) == {ch.code_hash}, (
         f"{ch.stem}: the chapter's code changed after its results were made; run `{refresh}`, "
         f"then `make execute CH={ch.number}` and `icmlbook report`")
-    assert tuple(sorted(set(df["seed"]))) == RESULTS_SEEDS
-    failing = df[~df["passed"].astype(bool)]
-    assert failing.empty, (f"{ch.stem}: every claim and check must hold on seeds 0-9; failing: "
+    seeds = tuple(sorted(set(df["seed"])))
+    full = CALIBRATION_SEEDS + CONFIRMATION_SEEDS
+    if ch.number in PENDING_CONFIRMATION:
+        assert seeds in (CALIBRATION_SEEDS, full)
+    else:
+        assert seeds == full, f"{ch.stem}: results need calibration and confirmation seeds 0-19"
+    enforced = df[df["kind"] != "finding"]
+    failing = enforced[~enforced["passed"].astype(bool)]
+    assert failing.empty, (f"{ch.stem}: every claim and check must hold on every committed "
+                           "seed; failing: "
                            + "; ".join(f"{r.name} at seed {r.seed}" for r in failing.itertuples()))
     rec = read_record(ch.ipynb)
-    assert [c["name"] for c in rec["claims"]] == list(dict.fromkeys(df["name"])), (
+    names = [c["name"] for c in rec["claims"]] + [f["name"] for f in rec.get("findings", [])]
+    assert names == list(dict.fromkeys(df["name"])), (
         f"{ch.stem}: the results file's claims differ from the committed run's; run `{refresh}`")
+    meta = read_sidecar(ch)
+    if rec.get("headlines") or meta:
+        assert meta and meta["headlines"] == rec["headlines"], (
+            f"{ch.stem}: results/{ch.results_file.stem}.json differs from the committed run's "
+            f"headlines; run `{refresh}`")
 
 
 @pytest.mark.parametrize("ch", CHAPTERS, ids=IDS)
@@ -349,3 +381,110 @@ def test_light_scan_reads_the_cells_as_jupytext_does(ch):
     assert [t for _, t, _ in light] == [c.metadata.get("tags", []) for c in full]
     assert [s for k, _, s in light if k == "code"] == \
         [c.source.strip() for c in full if c.cell_type == "code"]
+
+
+# -- verdicts, findings, solutions, random streams ---------------------------------------
+NOT_REPRODUCED_WORDS = ("did not reproduce", "does not reproduce", "reported, not claimed",
+                        "not reproduced")
+
+
+@pytest.mark.parametrize("ch", CHAPTERS, ids=IDS)
+def test_paper_verdict_headlines_and_claim_strength(ch):
+    from icmlbook.verdicts import LADDER, PROVENANCE, STRENGTH
+
+    _pending(ch, PENDING_VERDICTS, "the paper's verdict")
+    rec = read_record(ch.ipynb)
+    assert rec.get("headlines"), f"{ch.stem}: run.headline(...) names the paper's headlines"
+    assert rec["verdict"]["paper"] in LADDER
+    for h in rec["headlines"]:
+        assert h["source"] and h["statement"], f"{ch.stem}: headline {h['name']!r} needs its " \
+            "statement in the paper's words and where it is in the paper"
+    for c in rec["claims"]:
+        if c["kind"] == "paper":
+            assert c["strength"] in STRENGTH and c["provenance"] in PROVENANCE, (
+                f"{ch.stem}: paper claim {c['name']!r} needs strength= and provenance=")
+    src = ch.py.read_text(encoding="utf-8").lower()
+    if any(w in src for w in NOT_REPRODUCED_WORDS):
+        assert rec.get("findings"), (f"{ch.stem}: the prose says something did not reproduce "
+                                     "but the run records no finding (run.finding)")
+    assert "paper coverage" in src, f"{ch.stem}: needs its paper-coverage table"
+
+
+def _exercise_cells(ch):
+    cells = ch.notebook.cells
+    start = next((i for i, c in enumerate(cells) if c.cell_type == "markdown"
+                  and c.source.lstrip().startswith("## Exercises")), None)
+    assert start is not None, f"{ch.stem}: no '## Exercises' section"
+    end = next((i for i in range(start + 1, len(cells)) if cells[i].cell_type == "markdown"
+                and cells[i].source.lstrip().startswith("## ")), len(cells))
+    return cells[start + 1:end]
+
+
+@pytest.mark.parametrize("ch", CHAPTERS, ids=IDS)
+def test_every_exercise_has_a_worked_solution(ch):
+    _pending(ch, PENDING_SOLUTIONS, "exercise solutions")
+    cells = _exercise_cells(ch)
+    tags = [set(c.metadata.get("tags", [])) for c in cells]
+    exercises = [i for i, t in enumerate(tags) if "exercise" in t]
+    assert len(exercises) >= 2, f"{ch.stem}: tag each exercise's markdown cell 'exercise'"
+    for i, c in enumerate(cells):
+        assert tags[i] & {"exercise", "solution"}, (
+            f"{ch.stem}: a cell of the Exercises section is neither an exercise nor a solution")
+    for k, i in enumerate(exercises):
+        stop = exercises[k + 1] if k + 1 < len(exercises) else len(cells)
+        sol = cells[i + 1:stop]
+        assert sol, f"{ch.stem}: exercise {k + 1} has no solution"
+        md = [c for c in sol if c.cell_type == "markdown"]
+        code = [c for c in sol if c.cell_type == "code"]
+        assert md and md[0].source.lstrip().startswith(":::{dropdown}"), (
+            f"{ch.stem}: exercise {k + 1}'s solution opens with a ':::{{dropdown}}' reasoning cell")
+        assert code and "solution_check(" in code[-1].source, (
+            f"{ch.stem}: exercise {k + 1}'s solution ends in a code cell with solution_check(...)")
+        for c in code:
+            assert "hide-cell" in c.metadata.get("tags", []), (
+                f"{ch.stem}: exercise {k + 1}'s solution code is folded (tag hide-cell)")
+
+
+STREAM_SMELLS = (re.compile(r"\bseed\s*[+*]\s*\d"), re.compile(r"\d+\s*\*\s*seed\b"),
+                 re.compile(r"manual_seed\(\s*\d"), re.compile(r"default_rng\(\s*\d"))
+
+
+@pytest.mark.parametrize("ch", CHAPTERS, ids=IDS)
+def test_random_numbers_come_from_named_streams(ch):
+    _pending(ch, PENDING_STREAMS, "named random streams")
+    for i, cell in enumerate(ch.notebook.cells):
+        if cell.cell_type != "code":
+            continue
+        for pat in STREAM_SMELLS:
+            m = pat.search(cell.source)
+            assert not m, (f"{ch.stem} cell {i}: {m.group(0)!r}: draw from a named stream "
+                           "(run.rng(name), run.generator(name), run.reseed(name)) instead")
+
+
+_NUMBER_WORDS = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight",
+                 "nine", "ten", "eleven", "twelve", "thirteen", "fourteen", "fifteen",
+                 "sixteen", "seventeen", "eighteen", "nineteen", "twenty"]
+
+
+def test_front_matter_counts_and_verdicts_agree_with_the_book():
+    from icmlbook.report import verdicts
+
+    n = len(CHAPTERS)
+    intro = (BOOK / "intro.md").read_text(encoding="utf-8")
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    for name, text in (("book/intro.md", intro.split("\n\n")[1]),
+                       ("README.md", readme.split("\n\n")[1])):
+        for m in re.finditer(r"\b(" + "|".join(_NUMBER_WORDS) + r")\b\s+(?:ICML 2024\s+)?"
+                             r"(papers|chapters)", text, re.I):
+            assert _NUMBER_WORDS.index(m.group(1).lower()) == n, (
+                f"{name} says {m.group(0)!r}; the table of contents has {n} chapters")
+        for m in re.finditer(r"\b(\d+) (?:of (?:its|the) )?(\d+)? ?chapters\b", text):
+            assert n in {int(g) for g in m.groups() if g}, f"{name}: {m.group(0)!r} != {n}"
+    for number, v in verdicts(ROOT).items():
+        if v is None:
+            continue
+        ch = next(c for c in CHAPTERS if c.number == number)
+        line = next((ln for ln in intro.split("\n\n") if f"({ch.stem}.ipynb)" in ln), "")
+        assert f"Verdict: **{v['paper']}**" in line, (
+            f"book/intro.md's entry for {ch.stem} must say 'Verdict: **{v['paper']}**', the "
+            "verdict its results give (icmlbook report)")
