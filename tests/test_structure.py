@@ -1,5 +1,6 @@
 """Structure of the book: table of contents, pairs in sync, committed notebooks clean."""
 import json
+import os
 import re
 import subprocess
 import sys
@@ -230,7 +231,10 @@ PENDING_STREAMS: dict[str, int] = {n: 45 for n in _ALL}
 
 
 def _pending(ch, table, what):
-    if ch.number in table:
+    # ICMLBOOK_AUDITED=05,16 holds those chapters to every rule while they are brought up
+    # to it on a branch (the lists above are edited when the work lands)
+    done = os.environ.get("ICMLBOOK_AUDITED", "").split(",")
+    if ch.number in table and ch.number not in done:
         pytest.skip(f"chapter {ch.number}: {what} pending (issue {table[ch.number]})")
 CLAIM_CALLS = ("claim", "check")
 
