@@ -103,7 +103,7 @@ icmlbook.use_style()
 cfg = run.pick(
     smoke=dict(steps=20, batch=16, d=16, d_ff=32, n_test=16, n_indist=16,
                max_pulls=100, widget_tasks=4, widget_pulls=100),
-    default=dict(steps=300, batch=32, d=32, d_ff=64, n_test=200, n_indist=100,
+    default=dict(steps=300, batch=32, d=32, d_ff=64, n_test=400, n_indist=100,
                  max_pulls=1000, widget_tasks=12, widget_pulls=300),
     full=dict(steps=1500, batch=64, d=48, d_ff=192, n_test=400, n_indist=400,
               max_pulls=1000, widget_tasks=24, widget_pulls=300),
@@ -206,7 +206,10 @@ print(f"tier {tier}: {cfg.steps} updates of {cfg.batch} histories, d = {cfg.d}; 
 #
 # ### Tasks and offline histories
 #
-# Eq. 1, and a pull. Every random number goes through a `torch.Generator`.
+# Eq. 1, and a pull. Every random number goes through a `torch.Generator` passed in
+# as an argument; each comes from a named stream of the run (`run.generator(name)`), so
+# the pretraining data, the test tasks and each policy's draws are independent streams
+# of one seed.
 
 # %%
 def sample_tasks(n, prior, gen):
@@ -309,7 +312,7 @@ def monte_carlo_ppd(wins, losses, prior, n, gen):
 
 
 train_tables = posterior_tables(TRAIN_PRIOR)
-mc_gen = torch.Generator().manual_seed(seed + 7)
+mc_gen = run.generator("monte carlo check")
 mc_wins, mc_losses = torch.tensor([2.0, 0, 1, 0, 3]), torch.tensor([1.0, 2, 0, 0, 1])
 ppd_grid = exact_ppd(mc_wins, mc_losses, train_tables)
 ppd_mc = monte_carlo_ppd(mc_wins, mc_losses, TRAIN_PRIOR, 200_000, mc_gen)
@@ -524,9 +527,10 @@ def lifelong_ratio(curve, m=100):
 # every update sees a fresh batch of tasks.
 
 # %%
-data_gen = torch.Generator().manual_seed(seed)
+data_gen = run.generator("pretraining data")
 train_means = sample_tasks(cfg.steps * cfg.batch, TRAIN_PRIOR, data_gen)
 train_arms, train_rewards = behaviour_histories(train_means, H, data_gen)
+run.reseed("network init")  # the weights are drawn from torch's global generator
 net = PSBLNet(cfg.d, cfg.d_ff)
 losses = pretrain(net, train_arms, train_rewards, train_tables, cfg.steps, cfg.batch)
 tail = max(1, cfg.steps // 10)
@@ -553,7 +557,7 @@ plt.show()
 # posterior mean of each arm?
 
 # %%
-check_gen = torch.Generator().manual_seed(seed + 11)
+check_gen = run.generator("in-distribution tasks")
 in_means = sample_tasks(cfg.n_indist, TRAIN_PRIOR, check_gen)
 in_arms, in_rewards = behaviour_histories(in_means, H, check_gen)
 with torch.no_grad():
@@ -576,7 +580,7 @@ print(f"reward head: mean |P(r = 1 | a) - posterior mean of arm a| = {calib_err:
 # with $q_\phi$ equal to the PPD would play.
 
 # %%
-in_gen = torch.Generator().manual_seed(seed + 13)
+in_gen = run.generator("in-distribution play")
 in_psbl = regret_curve(in_means, act_in_context(net, in_means, H, in_gen)[0])[-1]
 in_ts = regret_curve(in_means, thompson(in_means, H, in_gen, TRAIN_PRIOR))[-1]
 print(f"in distribution, regret after {H} pulls: PSBL {in_psbl:.2f}, "
@@ -589,20 +593,25 @@ print(f"in distribution, regret after {H} pulls: PSBL {in_psbl:.2f}, "
 # shifted prior. The three network policies share the frozen weights.
 
 # %%
-test_gen = torch.Generator().manual_seed(seed + 1000)
-test_means = sample_tasks(cfg.n_test, test_prior, test_gen)
+test_means = sample_tasks(cfg.n_test, test_prior, run.generator("test tasks"))
+gens = {name: run.generator(f"test play: {name}") for name in STYLE}  # one stream each
 play = dict(sample=True, window=window, temp=temperature)
-psbl_arms, psbl_rewards, psbl_q = act_in_context(net, test_means, L, test_gen, **play)
+psbl_arms, psbl_rewards, psbl_q = act_in_context(
+    net, test_means, L, gens["PSBL (sample, window)"], **play)
 policies = {
     "PSBL (sample, window)": psbl_arms,
     "greedy (argmax, window)": act_in_context(
-        net, test_means, L, test_gen, sample=False, window=window)[0],
+        net, test_means, L, gens["greedy (argmax, window)"], sample=False,
+        window=window)[0],
     "sample, growing context": act_in_context(
-        net, test_means, L, test_gen, window=None, temp=temperature)[0],
-    "Thompson, true prior": thompson(test_means, L, test_gen, test_prior),
-    "Thompson, flat prior": thompson(test_means, L, test_gen, (0.0, 1.0)),
-    "UCB1": ucb1(test_means, L, test_gen),
-    "random": torch.randint(0, K, (cfg.n_test, L), generator=test_gen),
+        net, test_means, L, gens["sample, growing context"], window=None,
+        temp=temperature)[0],
+    "Thompson, true prior": thompson(test_means, L, gens["Thompson, true prior"],
+                                     test_prior),
+    "Thompson, flat prior": thompson(test_means, L, gens["Thompson, flat prior"],
+                                     (0.0, 1.0)),
+    "UCB1": ucb1(test_means, L, gens["UCB1"]),
+    "random": torch.randint(0, K, (cfg.n_test, L), generator=gens["random"]),
 }
 curves = {name: regret_curve(test_means, a) for name, a in policies.items()}
 rho = {name: lifelong_ratio(c) for name, c in curves.items()}
@@ -664,7 +673,7 @@ def stacked_posterior(ax, q, means_row, title):
 
 show = int(torch.argmax(test_means.max(1).values - test_means.sort(1).values[:, -2]))
 greedy_q = act_in_context(net, test_means[show:show + 1], L,
-                          torch.Generator().manual_seed(seed + 5), sample=False,
+                          run.generator("greedy on one task"), sample=False,
                           window=window)[2][0]
 fig, axes = plt.subplots(1, 2, figsize=(8, 2.8), sharey=True)
 stacked_posterior(axes[0], psbl_q[show], test_means[show], "PSBL (sample, window)")
@@ -699,19 +708,20 @@ print(f"cached vs plain forward: {cache_err:.1e}; acted-on q vs the window re-re
 # %% [markdown]
 # ## Claims
 #
-# The thresholds were fixed on seeds 0-3 of a first run (100 test tasks), before the
-# sweep over seeds 0-9; each line says what it was calibrated on. Paper claims first,
-# each against an ablation or a baseline, then checks that must hold if the code is
-# right. Changed after a failure: the bar on $\rho$ was first 0.85, which two seeds of
-# the first run missed (0.851, and 0.88), so $\rho$ now compares blocks of 100 pulls
-# instead of 50, the test uses 200 tasks, and the bar is 0.93 (the greedy agent's
-# $\rho$ is 1.00).
+# Paper claims first, each against an ablation or a baseline, then checks that must
+# hold if the code is right, then *findings*: what the paper states, or what a reader
+# would ask of it, measured here but not claimed. Each threshold's line says where it
+# comes from. Calibration seeds 0-9 set the bars, which were then frozen before the
+# confirmation seeds 10-19 were run. One claim was changed after a failure: improvement
+# past the training horizon was first a bar of 0.85 on PSBL's own $\rho$ over blocks of
+# 50 pulls, which two seeds of a first run missed; $\rho$ now compares blocks of 100
+# pulls, and the claim divides PSBL's $\rho$ by that of the greedy agent on the same
+# tasks, so that it measures what sampling adds, not a fall any agent might show.
 
 # %% tags=["thresholds"]
-C_VS_GREEDY = 0.85  # regret PSBL / greedy (same net); first run, seeds 0-3: 0.65-0.75
-C_LIFELONG = 0.93  # rho of PSBL; first run: 0.78-0.85 (50-pull blocks), 0.88; greedy 1
-C_VS_UCB = 1.25  # regret PSBL / UCB1; seeds 0-3 of a first run: 1.01-1.12
-C_VS_THOMPSON = 4.0  # regret PSBL / Thompson (true prior); first run: 2.4-3.1
+# the paper's verdict follows icmlbook.verdicts' rule, fixed before the final sweep
+C_VS_GREEDY = 0.85  # regret PSBL / greedy stand-in; set on seeds 0-3 of a first run
+C_LIFELONG = 0.93  # rho PSBL / rho greedy; changed after a failure (see above)
 C_PPD_MC = 0.01  # |Eq. 3 on the grid - Monte Carlo Eq. 2|, 2e5 draws (MC error ~ 0.002)
 C_TV_PPD = 0.2  # mean TV(q, exact PPD), in distribution; first run: 0.11-0.12
 C_EMPTY = 0.05  # max |q(a | empty) - 1/K|: the prior is symmetric in the arms
@@ -722,22 +732,20 @@ C_WINDOW = 1e-4  # acted-on q vs the window re-read from scratch, float32 roundi
 # %%
 regret = {name: float(c[-1]) for name, c in curves.items()}
 psbl = regret["PSBL (sample, window)"]
-run.claim("sampling vs greedy: regret ratio", psbl / regret["greedy (argmax, window)"],
-          "<=", C_VS_GREEDY, "Sampling from the network's PPD has clearly less regret "
-          "on shifted tasks than acting greedily on the same PPD", versus="ablation",
-          against="argmax of the same frozen network, same window and tasks")
-run.claim("lifelong improvement past H: rho", rho["PSBL (sample, window)"], "<=",
+rho_vs_greedy = rho["PSBL (sample, window)"] / rho["greedy (argmax, window)"]
+run.claim("PSBL vs greedy stand-in: regret ratio",
+          psbl / regret["greedy (argmax, window)"], "<=", C_VS_GREEDY,
+          "On strictly shifted tasks PSBL has clearly less regret than an agent that "
+          "exploits its in-context belief greedily", versus="baseline",
+          against="argmax of the same frozen network, same window and tasks: a "
+          "stand-in for the paper's meta-RL baselines (RL2, VariBAD, AMAGO)",
+          strength="against a stand-in", provenance="calibrated", strict=1.0)
+run.claim("lifelong improvement past H: rho, PSBL / greedy", rho_vs_greedy, "<=",
           C_LIFELONG, "PSBL's regret per pull keeps falling after the training "
-          "horizon, with a context never longer than H", versus="ablation",
-          against="greedy use of the same network (its rho is reported)")
-run.claim("PSBL vs UCB1: regret ratio", psbl / regret["UCB1"], "<=", C_VS_UCB,
-          "On shifted tasks PSBL's regret is at most a quarter above UCB1's",
-          versus="baseline", against="UCB1 with all-pull counts, same tasks")
-run.claim("PSBL vs Thompson (true prior): regret ratio",
-          psbl / regret["Thompson, true prior"], "<=", C_VS_THOMPSON,
-          "PSBL stays within a fixed factor of Thompson sampling that knows the test "
-          "prior (a reference it is not expected to beat)", versus="baseline",
-          against="Thompson sampling with the true test prior, all-pull counts")
+          "horizon, with a context never longer than H, clearly more than without "
+          "sampling", versus="ablation", against="the same network acting greedily "
+          "(no posterior sampling), same window and tasks", strength="superiority",
+          provenance="changed after failure")
 run.check("exact PPD: grid (Eq. 3) = Monte Carlo (Eq. 2)", ppd_err, "<=", C_PPD_MC,
           "the closed form matches importance sampling from the prior")
 run.check("q vs exact PPD in distribution: mean TV", tv_in, "<=", C_TV_PPD,
@@ -750,13 +758,62 @@ run.check("KV-cached forward = plain forward", cache_err, "<=", C_CACHE,
           "appending tokens to a cache changes nothing", digits=2)
 run.check("acted-on q = window re-read from scratch", window_err, "<=", C_WINDOW,
           "the sliding window's bookkeeping is right", digits=2)
+
+# %% [markdown]
+# The findings. The paper compares PSBL with meta-RL agents only; the three bandit
+# references are the questions a reader of a bandit reduction asks, recorded with the
+# direction "PSBL does at least as well" (a ratio of regrets at most 1).
+
+# %%
+run.finding("window vs growing context: regret ratio",
+            psbl / regret["sample, growing context"], "<=", 1.0,
+            paper="PSBL conditions on a sliding window of recent episodes, so that its "
+            "network never sees a context longer than in meta-training, to keep "
+            "learning in context over a lifelong horizon",
+            shows="PSBL's regret over that of the same sampler fed the whole growing "
+            "context; below 1, the window helps")
+run.finding("PSBL vs UCB1: regret ratio", psbl / regret["UCB1"], "<=", 1.0,
+            paper="not compared in the paper, whose baselines are meta-RL agents; "
+            "robustness to a shifted task distribution invites the comparison with a "
+            "classical count-based bandit algorithm",
+            shows="PSBL's regret over UCB1's on the same shifted tasks; above 1, UCB1 "
+            "does better")
+run.finding("PSBL vs Thompson (flat prior): regret ratio",
+            psbl / regret["Thompson, flat prior"], "<=", 1.0,
+            paper="not compared in the paper; PSBL amortises posterior sampling, and "
+            "textbook Thompson sampling with a flat prior needs no knowledge of the "
+            "test tasks either",
+            shows="PSBL's regret over that of Beta(1, 1) Thompson sampling with "
+            "all-pull counts; above 1, Thompson sampling does better")
+run.finding("PSBL vs Thompson (true prior): regret ratio",
+            psbl / regret["Thompson, true prior"], "<=", 1.0,
+            paper="not compared in the paper; Thompson sampling that knows the test "
+            "prior is the near-Bayes-optimal reference for a posterior sampler",
+            shows="PSBL's regret over that of exact posterior sampling with the test "
+            "prior; above 1, by how much amortised sampling under shift falls short")
 run.metric("regret", regret)
 run.metric("rho", rho)
-run.metric("window_vs_growing", psbl / regret["sample, growing context"])
-run.metric("psbl_vs_flat_thompson", psbl / regret["Thompson, flat prior"])
 run.metric("psbl_vs_random", psbl / regret["random"])
 run.metric("in_distribution_regret_H", dict(psbl=in_psbl, thompson_train=in_ts))
-run.metric("final_kl", float(losses[-tail:, 0].mean()));
+run.metric("final_kl", float(losses[-tail:, 0].mean()))
+
+# %% [markdown]
+# The paper's headline claims, in its words, and what tests each here. The abstract
+# gives no number; the comparisons with meta-RL agents are in its experiments.
+
+# %%
+run.headline("outperforms meta-RL under strict shift",
+              "PSBL significantly outperforms standard Meta RL methods both in tasks "
+              "with sparse rewards and dense rewards when the test task distribution "
+              "is strictly shifted from the training distribution", source="Abstract",
+              claims=["PSBL vs greedy stand-in: regret ratio"])
+run.headline("sampling keeps improving in context",
+              "The agent then samples actions from the approximate PPD to perform "
+              "online exploration, which progressively reduces uncertainty and "
+              "enhances performance in the interaction with the environment",
+              source="Abstract",
+              claims=["lifelong improvement past H: rho, PSBL / greedy"],
+              findings=["window vs growing context: regret ratio"])
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -767,18 +824,19 @@ run.verdict()
 #
 # One run is one seed: a fresh pretraining set, a fresh network and fresh test tasks.
 # The table and strip plot below read this chapter's results file, made by
-# `icmlbook sweep 17 --seeds 0-9 --update-results`: every claim and check over seeds 0-9
-# at the default tier, with the number of seeds on which it holds and its worst margin
-# (how far inside the threshold the worst seed stayed).
+# `icmlbook sweep 17 --seeds 0-19 --update-results`: every claim, check and finding
+# over the calibration seeds 0-9 and the confirmation seeds 10-19 at the default tier,
+# with the number of seeds on which each holds and its worst margin (how far inside
+# the threshold the worst seed stayed).
 
 # %%
 across = icmlbook.across_seeds(run)
 
 # %% [markdown]
-# ### Reported, not claimed: the window against the growing context
+# ### The window against the growing context
 #
-# The paper's window keeps the context inside the lengths seen in training. Here the
-# same network sampling with the whole, growing context:
+# The paper's window keeps the context inside the lengths seen in training. On this
+# run, the same network sampling with the whole, growing context:
 
 # %%
 print(f"regret PSBL (window) / sampling with the growing context: "
@@ -786,39 +844,19 @@ print(f"regret PSBL (window) / sampling with the growing context: "
       f"{rho['sample, growing context']:.3f}")
 
 # %% [markdown]
-# The window helps when the ratio is below 1. Over the seeds we ran it usually was, by
-# a few percent, but not on every seed: a small effect next to that of sampling, with
-# no threshold registered for it before the sweep, so it is reported here and not
-# claimed. One reason
-# it is small: a bandit history is exchangeable (the posterior depends on the counts
-# only), so the positions past $H$, clamped to the table's last row, lose little that
-# the network needs; what the long context does change is the balance of the counts it
-# summarises, which the network never saw beyond $H$ pulls.
+# The window helps when the ratio is below 1. Across the seeds (the finding's row
+# above) the effect is small next to that of sampling and its sign is not the same on
+# every seed, so it is a finding, not a claim. One reason it is small: a bandit history
+# is exchangeable (the posterior depends on the counts only), so the positions past
+# $H$, clamped to the table's last row, lose little that the network needs; what the
+# long context does change is the balance of the counts it summarises, which the
+# network never saw beyond $H$ pulls.
 #
-# ## What a broken agent does
-#
-# Each paper claim should fail for a wrong agent. The cheapest break, already at hand:
-# an agent that ignores its history (it acts on $q_\phi(\cdot \mid \varnothing)$ at every
-# pull, the bug of feeding an empty or stale context). Sampling from it is random
-# pulling, its argmax is one fixed arm. The tests
-# (`tests/test_ch17_in_context_posterior_sampling.py`) also break the window (a
-# context frozen at the first $H$ pulls) and check that each broken agent fails.
-
-# %%
-blind_gen = torch.Generator().manual_seed(seed + 21)
-with torch.no_grad():
-    q_empty = net.action_head(net.gpt(embeds=net.bos.expand(1, 1, -1),
-                                      return_hidden=True))[0, -1].softmax(-1)
-blind_sample = torch.multinomial(q_empty.expand(cfg.n_test, K), L,
-                                 replacement=True, generator=blind_gen)
-blind_greedy = q_empty.argmax().expand(cfg.n_test, L)
-blind = regret_curve(test_means, blind_sample)
-blind_ratio = blind[-1] / regret_curve(test_means, blind_greedy)[-1]
-print(f"history ignored: sample/greedy {blind_ratio:.2f} (needs <= {C_VS_GREEDY}), "
-      f"rho {lifelong_ratio(blind):.2f} (<= {C_LIFELONG}), "
-      f"vs UCB1 {blind[-1] / regret['UCB1']:.2f} (<= {C_VS_UCB}), "
-      f"vs Thompson {blind[-1] / regret['Thompson, true prior']:.2f} "
-      f"(<= {C_VS_THOMPSON})")
+# Each paper claim should fail for a wrong agent. The tests
+# (`tests/test_ch17_in_context_posterior_sampling.py`) hold the broken agents: one that
+# ignores its history (it acts on $q_\phi(\cdot \mid \varnothing)$ at every pull, the
+# bug of feeding an empty or stale context), one whose context stops sliding at the
+# first $H$ pulls, and the greedy agent itself; each fails the claims it should.
 
 # %% [markdown]
 # ## Explore
@@ -840,7 +878,7 @@ import ipywidgets as W
 @functools.lru_cache(maxsize=32)
 def widget_references(shift_w):
     """Test tasks of one severity and the two references on them (cached)."""
-    gen = torch.Generator().manual_seed(seed + 31)
+    gen = run.generator("widget tasks")  # the same draws at every severity
     prior = (shift_w, shift_w + 0.5)
     means = sample_tasks(cfg.widget_tasks, prior, gen)
     n = cfg.widget_pulls
@@ -852,7 +890,7 @@ def widget_references(shift_w):
 def widget_agent(shift_w, window_w, temp_w, act):
     """The network's pulls and q on those tasks, for the longest horizon (cached)."""
     means, _ = widget_references(shift_w)
-    gen = torch.Generator().manual_seed(seed + 37)
+    gen = run.generator("widget agent")
     arms, _, q = act_in_context(net, means, cfg.widget_pulls, gen,
                                 sample=act == "sample", window=window_w, temp=temp_w)
     return arms, q
