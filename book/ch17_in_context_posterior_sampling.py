@@ -856,12 +856,12 @@ print(f"regret PSBL (window) / sampling with the growing context: "
 
 # %% [markdown]
 # The window helps when the ratio is below 1. Across the seeds (the finding's row
-# above) the effect is small next to that of sampling and its sign is not the same on
-# every seed, so it is a finding, not a claim. One reason it is small: a bandit history
-# is exchangeable (the posterior depends on the counts only), so the positions past
-# $H$, clamped to the table's last row, lose little that the network needs; what the
-# long context does change is the balance of the counts it summarises, which the
-# network never saw beyond $H$ pulls.
+# above) the effect is small next to that of sampling, and no threshold was registered
+# for it before the runs, so it is a finding, not a claim. One reason it is small: a
+# bandit history is exchangeable (the posterior depends on the counts only), so the
+# positions past $H$, clamped to the table's last row, lose little that the network
+# needs; what the long context does change is the balance of the counts it summarises,
+# which the network never saw beyond $H$ pulls.
 #
 # Each paper claim should fail for a wrong agent. The tests
 # (`tests/test_ch17_in_context_posterior_sampling.py`) hold the broken agents: one that
