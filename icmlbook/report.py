@@ -83,7 +83,7 @@ def render(root: str | Path | None = None) -> str:
     for c in chapters:
         v = verdict.get(c.number)
         nf = int((tables[c.number]["kind"] == "finding").sum()) if c.number in tables else 0
-        link = f"[{nf}](findings-{c.number})" if nf else "-"
+        link = f"{{ref}}`{nf} <findings-{c.number}>`" if nf else "-"
         if v:
             why = "; ".join(f"{h['name']}: {h['verdict']}"
                             + ("" if h["verdict"] == "reproduced" else f" ({h['reason']})")
