@@ -41,8 +41,12 @@
 # reward, the state and the other agents' *actions*, with a SARSA critic and running
 # averages with decaying step sizes.
 #
-# **The claim.** The decentralised estimates converge to the exact TIM and SIM (the paper
-# proves error bounds and convergence), and they reveal "intricate influence structures".
+# **The claim.** The paper's headlines, in its abstract: approximation algorithms for TIM
+# and SIM "with simultaneously learning approximations of agents' expected returns, error
+# bounds, stability analyses under changes of the policies, and convergence guarantees",
+# which rely "only on observing other agents' actions" and are otherwise "fully
+# decentralized"; and "through empirical studies, we validate our approach's
+# effectiveness in identifying intricate influence structures in complex interactions".
 # We build a small average-reward MDP whose influence graph we know, with one influence
 # that travels only through the transitions and one XOR coupling, compute the exact TIM
 # and SIM by linear algebra, and test the estimator in two ways. Against its own
@@ -50,11 +54,13 @@
 # long run removed), and with the critic's step held constant at the value of the
 # authors' experiments. Against the strongest fair baseline we found: lagged
 # action-reward correlation on the same rollout, computed within each state, with its
-# best lag and its best threshold chosen in hindsight. What this book adds or changes:
+# best lag and its best threshold chosen in hindsight. The paper's verdict, headline by
+# headline, is printed with the claims below. What this book adds or changes:
 # one hand-built MDP instead of the paper's randomly generated ones; exact values from
 # the fundamental matrix of the Markov chain; a decaying critic step (the authors'
 # experiments use a constant one; we keep their averaging schedules); and a
-# threshold-free *separation* score (Eq. 9) to compare detectors.
+# threshold-free *separation* score (Eq. 10) to compare detectors. Stability under
+# policy changes is not tested: every policy here is fixed.
 
 # %% tags=["parameters"]
 tier = "default"  # smoke | default | full: size of the experiment
@@ -104,6 +110,7 @@ cfg = run.pick(
         lrs=(0.036, 0.009),
         widget_T=1000,
         widget_T_max=2000,
+        mc_draws=20000,
     ),
     default=dict(
         T=60000,
@@ -111,6 +118,7 @@ cfg = run.pick(
         lrs=(0.036, 0.018, 0.009, 0.0045),
         widget_T=10000,
         widget_T_max=20000,
+        mc_draws=200000,
     ),
     full=dict(
         T=300000,
@@ -118,6 +126,7 @@ cfg = run.pick(
         lrs=(0.036, 0.018, 0.009, 0.0045, 0.00225),
         widget_T=20000,
         widget_T_max=60000,
+        mc_draws=1000000,
     ),
 )
 N_AGENTS = 4  # agents, each with N_ACTIONS = 2 actions
@@ -593,8 +602,7 @@ def separation(M, D):
 # rollout.
 
 # %%
-rng = np.random.default_rng(seed)
-states, actions = sample_trajectory(P, pi, cfg.T, rng)
+states, actions = sample_trajectory(P, pi, cfg.T, run.rng("trajectory"))
 rewards = R[:, states[:-1], actions[:-1]].T  # what each agent was paid, row t
 grid = np.unique(np.r_[np.geomspace(200, cfg.T, 16).astype(int), cfg.checks])
 critics = [("decaying", critic_decay), ("myopic", critic_decay)]
@@ -799,21 +807,20 @@ print(
 # checkpoint, $t$ = `t_late`.
 
 # %% tags=["thresholds"]
-# sep(TIM^) - sep(myopic^), Eq. 10: 0.235-0.266 on seeds 0-9, 0.239-0.276 on 10-19; half
-# the worst
-C_SEP_VS_MYOPIC = 0.12
-# sep(TIM^) - sep(best lagged corr): 0.241-0.273 on seeds 0-9, 0.243-0.284 on 10-19;
+# sep(TIM^) - sep(myopic^), Eq. 10: calibrated on seeds 0-9 (range in the results file);
 # half the worst
+C_SEP_VS_MYOPIC = 0.12
+# sep(TIM^) - sep(best lagged corr): calibrated on seeds 0-9; half the worst
 C_SEP_VS_CORR = 0.12
-# TIM^ error at t_late: 0.041-0.049 on seeds 0-9, 0.037-0.048 on 10-19; authors' step
-# 0.10-0.12
+# TIM^ error at t_late: calibrated on seeds 0-9, between the decaying critic's worst and
+# the authors' constant step's best
 C_TIM_ERR = 0.075
-# SIM^ error at t_late: 0.035-0.046 on seeds 0-9, 0.025-0.040 on 10-19; authors' step
-# 0.08-0.10
+# SIM^ error at t_late: calibrated on seeds 0-9, likewise
 C_SIM_ERR = 0.065
 # |d P - d| and |Eq. 6 - brute-force Eq. 2|: rounding and truncation only
 C_EXACT = 1e-8
 C_ZERO = 1e-12  # quantities zero by construction: rounding only
+# the paper's verdict follows icmlbook.verdicts' rule, fixed before the final sweep
 
 # %%
 run.claim(
@@ -826,6 +833,8 @@ run.claim(
     versus="ablation",
     against="the same estimator, critic tracking the immediate reward (no gain, no "
             "bootstrap term), same trajectory",
+    strength="superiority",
+    provenance="calibrated",
 )
 run.claim(
     "separation: TIM^ minus lagged correlation",
@@ -837,6 +846,8 @@ run.claim(
     versus="baseline",
     against="|corr(a_j,t, r_i,t+k)|, plain or within each state, best lag k <= 2 and "
             "best threshold in hindsight, same rollout",
+    strength="superiority",
+    provenance="calibrated",
 )
 run.claim(
     "TIM^ max relative error",
@@ -848,6 +859,8 @@ run.claim(
     versus="ablation",
     against=f"the critic's step held constant at the authors' {AUTHORS_LR}, same "
             f"averaging schedules",
+    strength="superiority",
+    provenance="calibrated",
 )
 run.claim(
     "SIM^ max relative error",
@@ -859,6 +872,8 @@ run.claim(
     versus="ablation",
     against=f"the critic's step held constant at the authors' {AUTHORS_LR}, same "
             f"averaging schedules",
+    strength="superiority",
+    provenance="calibrated",
 )
 
 xor_corr = max(population_corr(P_pi, d_exact.ravel(), r_flat, ACTS, k)[j, 1]
@@ -890,6 +905,62 @@ run.check(
     "a_1 alone, at every lag",
     digits=2,
 )
+run.finding(
+    "authors' constant critic step: TIM^ max relative error",
+    err_lr[AUTHORS_LR][t_late],
+    "<=",
+    C_TIM_ERR,
+    paper="the approximation algorithm, with simultaneously learned critics, converges "
+          f"to TIM; the authors' fixed-policy runs use a constant critic step {AUTHORS_LR}",
+    shows="with that step the critic never settles and the TIM error stalls at a floor "
+          "above the bar the decaying critic meets",
+)
+run.finding(
+    "authors' constant critic step: SIM^ max relative error",
+    err_lr_sim[AUTHORS_LR],
+    "<=",
+    C_SIM_ERR,
+    paper="the approximation algorithm converges to SIM; the authors' fixed-policy runs "
+          f"use a constant critic step {AUTHORS_LR}",
+    shows="with that step the SIM error stalls at a floor above the decaying critic's bar",
+)
+run.finding(
+    "decaying critic / best constant step in hindsight: TIM^ error ratio",
+    err_tim[t_late] / err_lr[best_lr][t_late],
+    "<",
+    1.0,
+    paper="the approximation algorithm comes with convergence guarantees",
+    shows="at a fixed budget a constant critic step tuned in hindsight for that budget is "
+          "about as accurate as the decaying one; only the decaying step needs no budget",
+)
+run.headline(
+    "identifies influence structures",
+    "Through empirical studies, we validate our approach's effectiveness in identifying "
+    "intricate influence structures in complex interactions.",
+    source="Abstract; empirical studies",
+    claims=["separation: TIM^ minus its myopic ablation",
+            "separation: TIM^ minus lagged correlation"],
+)
+run.headline(
+    "convergent decentralised estimates",
+    "we provide approximation algorithms for TIM and SIM with simultaneously learning "
+    "approximations of agents' expected returns, error bounds, [...] and convergence "
+    "guarantees. The approximation algorithm "
+    "relies only on observing other agents' actions and is, other than that, fully "
+    "decentralized.",
+    source="Abstract; theory",
+    claims=["TIM^ max relative error", "SIM^ max relative error"],
+    findings=["authors' constant critic step: TIM^ max relative error",
+              "authors' constant critic step: SIM^ max relative error"],
+)
+run.headline(
+    "stable under policy changes",
+    "stability analyses under changes of the policies",
+    source="Abstract; learning-policy experiments",
+    testable=False,
+    why="the chapter keeps every policy fixed; the learning-policy scenario (an actor "
+        "changing the policy while TIM is estimated) is not run",
+)
 run.metric("tim_error", {str(t): err_tim[t] for t in cfg.checks})
 run.metric("sim_error", {str(t): err_sim[t] for t in cfg.checks})
 run.metric("constant_step_tim_error", {str(lr): {str(t): e[t] for t in cfg.checks}
@@ -911,9 +982,11 @@ run.verdict()
 # ## Across seeds
 #
 # One run is one seed. The table and strip plot below read this chapter's results file,
-# made by `icmlbook sweep 16 --seeds 0-9 --update-results`: every claim and check over
-# seeds 0-9 at the default tier, with the number of seeds on which it holds and its worst
-# margin (how far inside the threshold the worst seed stayed).
+# made by `icmlbook sweep 16 --seeds 0-19 --update-results`: every claim, check and
+# finding at the default tier, on the calibration seeds 0-9 (on which the thresholds
+# were set) and, apart, on the confirmation seeds 10-19 (run once, after the thresholds
+# were frozen), with the number of seeds on which each holds and its worst margin (how
+# far inside the threshold the worst seed stayed).
 
 # %%
 across = icmlbook.across_seeds(run)
@@ -1029,7 +1102,7 @@ def update(couplings, driver, coupling, mix_w, p_one, steps, critic, state, thr)
     Pw, Rw = make_env(pairs, drv, mix_w, coupling)
     piw = product_policy(p_one, N_STATES, N_AGENTS)
     tim_w, sim_w, _, _ = exact_impacts(Pw, piw, Rw, DEV)
-    st_w, ac_w = sample_trajectory(Pw, piw, steps, np.random.default_rng(seed + 1))
+    st_w, ac_w = sample_trajectory(Pw, piw, steps, run.rng("widget trajectory"))
     g = np.unique(np.geomspace(100, steps, 10).astype(int))
     param = AUTHORS_LR if critic == "constant" else critic_decay
     th, sh, sn = estimate_impacts(
