@@ -790,9 +790,10 @@ print(
 # A constant critic step keeps $\hat Q$ noisy forever, and every range in Eq. 3 carries
 # a bias of the order of that noise: the error stalls at a floor set by the step. The
 # authors' step stalls early; a smaller step lowers the floor but takes longer to get
-# there. Tuned in hindsight for the last checkpoint, a constant step comes close to the
-# decaying schedule there (the line above), but only there: it has to know the budget,
-# and it is far off at the earlier checkpoints. Decaying steps need neither.
+# there. Tuned in hindsight for the last checkpoint, a constant step closes much of the
+# gap to the decaying schedule there (the line above), but not all of it, and only
+# there: it has to know the budget, and it is far off at the earlier checkpoint.
+# Decaying steps need neither.
 #
 # SIM is state-dependent where the influence is: agent 1 matters most for agent 2 in the
 # states next to state 0, from where its push decides whether the chain lands on the
@@ -800,22 +801,25 @@ print(
 #
 # ## Claims
 #
-# The thresholds below were fixed before the final runs; each line says where its number
-# comes from. Paper claims first (what the paper says the method does, each against its
-# ablation or the strongest fair baseline), then checks (what must hold if the code is
-# right, but is no evidence for the paper). All estimates are read at the last
-# checkpoint, $t$ = `t_late`.
+# The thresholds below were calibrated on seeds 0-9 and frozen before seeds 10-19 were
+# run; each line says where its number comes from. Paper claims first (what the paper
+# says the method does, each against its ablation or the strongest fair baseline), then
+# checks (what must hold if the code is right, but is no evidence for the paper), then
+# findings (what the paper states and we measure without claiming it), and the paper's
+# headlines, each graded from the claims and findings that test it by one fixed rule:
+# *reproduced* when every claim holds at full strength and every finding goes the
+# paper's way, *partly* when a claim holds only in a weaker form or a finding goes
+# against the paper, *not reproduced* when nothing holds. All estimates are read at the
+# last checkpoint, $t$ = `t_late`.
 
 # %% tags=["thresholds"]
-# sep(TIM^) - sep(myopic^), Eq. 10: calibrated on seeds 0-9 (range in the results file);
-# half the worst
+# sep(TIM^) - sep(myopic^), Eq. 10: 0.247-0.269 on seeds 0-9; about half the worst
 C_SEP_VS_MYOPIC = 0.12
-# sep(TIM^) - sep(best lagged corr): calibrated on seeds 0-9; half the worst
+# sep(TIM^) - sep(best lagged corr): 0.251-0.275 on seeds 0-9; about half the worst
 C_SEP_VS_CORR = 0.12
-# TIM^ error at t_late: calibrated on seeds 0-9, between the decaying critic's worst and
-# the authors' constant step's best
+# TIM^ error at t_late: 0.035-0.049 on seeds 0-9; authors' constant step 0.103-0.116
 C_TIM_ERR = 0.075
-# SIM^ error at t_late: calibrated on seeds 0-9, likewise
+# SIM^ error at t_late: 0.028-0.044 on seeds 0-9; authors' constant step 0.076-0.109
 C_SIM_ERR = 0.065
 # |d P - d| and |Eq. 6 - brute-force Eq. 2|: rounding and truncation only
 C_EXACT = 1e-8
@@ -932,9 +936,9 @@ run.finding(
     "<",
     1.0,
     paper="the approximation algorithm comes with convergence guarantees",
-    shows="at a fixed budget a constant critic step tuned in hindsight for that budget "
-          "is about as accurate as the decaying one; only the decaying step needs no "
-          "budget",
+    shows="a constant critic step tuned in hindsight for the budget closes much of the "
+          "gap to the decaying one at that budget, but not all of it, and it has to "
+          "know the budget",
 )
 run.headline(
     "identifies influence structures",
@@ -1177,7 +1181,7 @@ icmlbook.explore(update, controls, run=run)
 # | environments | randomly generated MDPs (5 agents, 5 states) with random dependency graphs; a learning-policy scenario | one hand-built MDP (4 agents, 4 states) with a known graph, an XOR coupling and a transition-mediated edge; fixed policies |
 # | the key ingredient | impact measured on the long-run value | against the myopic ablation, by the separation of Eq. 10 (claim "separation: TIM^ minus its myopic ablation", `C_SEP_VS_MYOPIC`) |
 # | baseline | none of this kind in the paper | lagged action-reward correlation, plain or within each state, best lag and threshold in hindsight (claim "separation: TIM^ minus lagged correlation", `C_SEP_VS_CORR`) |
-# | convergence | guaranteed with decaying steps | TIM and SIM errors at the last checkpoint within `C_TIM_ERR` and `C_SIM_ERR`, against the authors' constant critic step (claims "TIM^ max relative error", "SIM^ max relative error") |
+# | convergence | error bounds and convergence guarantees (theory); experiments with a constant critic step | TIM and SIM errors at the last checkpoint within `C_TIM_ERR` and `C_SIM_ERR`, against the authors' constant critic step (claims "TIM^ max relative error", "SIM^ max relative error") |
 # | checks | — | exact solver against the direct sum of Eq. 2 (`C_EXACT`); the zeros of the construction: ruled-out edges, the myopic $1 \to 2$ entry, the XOR correlations (`C_ZERO`) |
 #
 # Where the comparison is generous to TIM, and where it is not. The correlation baseline
@@ -1186,18 +1190,18 @@ icmlbook.explore(update, controls, run=run)
 # would reveal it (Exercise 3), and conditioning on all actions and the state turns the
 # correlation into a model of $\mathbb E[r \mid s, a]$, which is the myopic ablation;
 # adding lags turns it, in the end, into a model of the future value, which is TIM. On
-# the step sizes: a constant critic step tuned in hindsight for the budget comes close to
-# our decaying one at that budget (printed above); the decaying step's advantage is that
-# it needs no budget and keeps converging, as the paper's guarantees require.
+# the step sizes: a constant critic step tuned in hindsight for the budget comes closer
+# to our decaying one at that budget (printed above) than the authors' step does; the
+# decaying step stays ahead, needs no budget and keeps converging.
 #
 # **What did not reproduce, and what was not tested.** With the critic step of the
 # authors' own fixed-policy runs (`AUTHORS_LR`), the estimate does not converge to the
 # exact TIM and SIM here: the critic never settles and the error stalls at a floor above
 # the bars the decaying critic meets (the convergence table above; recorded as two
 # findings, so the convergence headline is reproduced only *partly*: with a decaying
-# critic step of our own). A constant step tuned in hindsight for the budget is about as
-# accurate as the decaying one at that budget (a third finding; the ratio is printed with
-# the claims). Not tested: the learning-policy scenario (the actor of Zhang et al.'s
+# critic step of our own). A constant step tuned in hindsight for the budget closes much
+# of that gap at that budget, though not all of it (a third finding, whose ratio is
+# printed with the claims). Not tested: the learning-policy scenario (the actor of Zhang et al.'s
 # networked actor–critic, with the analytical TIM recomputed as the policy changes) and
 # stability under policy changes; the randomly generated environments; any of the
 # paper's figures or numbers (the comparison is with the claims of its abstract). The
