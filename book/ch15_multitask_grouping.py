@@ -195,9 +195,9 @@ def make_splits(n_groups, per_group, sizes, rng, rho=0.7, minor=0.2, mixed=True)
 # initialisation is simpler at this scale).
 
 # %%
-def init(*shape, fan_in):
+def init(*shape, fan_in, generator):
     """PyTorch's default Linear initialisation, for a stack of layers."""
-    return nn.Parameter((2 * torch.rand(*shape) - 1) / fan_in**0.5)
+    return nn.Parameter((2 * torch.rand(*shape, generator=generator) - 1) / fan_in**0.5)
 
 
 class GroupedBranches(nn.Module):
@@ -207,13 +207,16 @@ class GroupedBranches(nn.Module):
     of task i by head (k, i) on branch k.
     """
 
-    def __init__(self, d_in, K, N, hidden=HIDDEN, r=BOTTLENECK, head=HEAD):
+    def __init__(self, d_in, K, N, gen, hidden=HIDDEN, r=BOTTLENECK, head=HEAD):
         super().__init__()
-        self.W1 = init(K, d_in, hidden, fan_in=d_in)
-        self.b1 = init(K, hidden, fan_in=d_in)
-        self.W2, self.b2 = init(K, hidden, r, fan_in=hidden), init(K, r, fan_in=hidden)
-        self.A1, self.a1 = init(K, N, r, head, fan_in=r), init(K, N, head, fan_in=r)
-        self.A2, self.a2 = init(K, N, head, fan_in=head), init(K, N, fan_in=head)
+        self.W1 = init(K, d_in, hidden, fan_in=d_in, generator=gen)
+        self.b1 = init(K, hidden, fan_in=d_in, generator=gen)
+        self.W2 = init(K, hidden, r, fan_in=hidden, generator=gen)
+        self.b2 = init(K, r, fan_in=hidden, generator=gen)
+        self.A1 = init(K, N, r, head, fan_in=r, generator=gen)
+        self.a1 = init(K, N, head, fan_in=r, generator=gen)
+        self.A2 = init(K, N, head, fan_in=head, generator=gen)
+        self.a2 = init(K, N, fan_in=head, generator=gen)
 
     def encoder(self):
         return [self.W1, self.b1, self.W2, self.b2]
@@ -327,18 +330,18 @@ def best_heads(model, X, Y):
 # faster than the branches specialise.
 
 # %%
-def train_grouped(X, Y, K, grouping=None, *, tau=2.5, lr=0.01, epochs=15,
-                  batch=BATCH, seed=0, r=BOTTLENECK, learn_theta=True, model=None,
-                  loss_fn=dmtg_loss):
+def train_grouped(X, Y, K, grouping=None, *, gen, tau=2.5, lr=0.01, epochs=15,
+                  batch=BATCH, r=BOTTLENECK, learn_theta=True, model=None,
+                  loss_fn=dmtg_loss, assign=gumbel_softmax):
     """Train K branches with K*N heads: DMTG (grouping=None) or a fixed grouping.
 
-    Returns (model, grouping, history): history[e] is softmax(theta) after epoch e.
+    gen (a torch Generator) draws the initialisation, the mini-batches and the
+    Gumbel noise. Returns (model, grouping, history): history[e] is softmax(theta)
+    after epoch e.
     """
-    gen = torch.Generator().manual_seed(seed)
-    torch.manual_seed(seed)
     X, Y = torch.as_tensor(X), torch.as_tensor(Y)
     n, N = Y.shape
-    model = GroupedBranches(X.shape[1], K, N, r=r) if model is None else model
+    model = GroupedBranches(X.shape[1], K, N, gen, r=r) if model is None else model
     theta = nn.Parameter(torch.zeros(N, K))  # uniform over branches at the start
     fixed = None
     if grouping is not None:
@@ -351,7 +354,7 @@ def train_grouped(X, Y, K, grouping=None, *, tau=2.5, lr=0.01, epochs=15,
         for start in range(0, n, batch):
             idx = perm[start:start + batch]
             L = branch_losses(model(X[idx]), Y[idx])
-            G = fixed if fixed is not None else gumbel_softmax(theta, tau, gen)
+            G = fixed if fixed is not None else assign(theta, tau, gen)
             loss = loss_fn(L, G)
             opt.zero_grad()
             loss.backward()
@@ -364,14 +367,14 @@ def train_grouped(X, Y, K, grouping=None, *, tau=2.5, lr=0.01, epochs=15,
     return model, final, np.array(history)
 
 
-def dmtg(X, Y, K, *, epochs, finetune, seed, test, **kw):
+def dmtg(X, Y, K, *, epochs, finetune, gen, test, **kw):
     """One DMTG run: the one-shot grouping stage, pruning, then a short fine-tuning.
 
     pruned_test_mse is measured on `test` before the fine-tuning, test_mse after it."""
-    model, grouping, history = train_grouped(X, Y, K, epochs=epochs, seed=seed, **kw)
+    model, grouping, history = train_grouped(X, Y, K, epochs=epochs, gen=gen, **kw)
     pruned = pruned_mse(model, grouping, *test)
     kw = {k: v for k, v in kw.items() if k in ("lr", "batch", "r")}
-    train_grouped(X, Y, K, grouping, model=model, epochs=finetune, seed=seed, **kw)
+    train_grouped(X, Y, K, grouping, model=model, epochs=finetune, gen=gen, **kw)
     return dict(model=model, grouping=grouping, history=history, pruned_test_mse=pruned,
                 train_mse=pruned_mse(model, grouping, X, Y),
                 test_mse=pruned_mse(model, grouping, *test))
@@ -382,7 +385,12 @@ def dmtg(X, Y, K, *, epochs, finetune, seed, test, **kw):
 #
 # Branch labels are arbitrary, so a grouping is compared with the truth up to a
 # relabelling: the number of *misassigned tasks* is the fewest tasks that must move to
-# turn one partition into the other (0 means identical). The groupings of $N$ tasks
+# turn one partition into the other (0 means identical). A count is a coarse
+# measure of a learned assignment, so we also measure by how much it recovers the
+# truth: the *planted lead* is the smallest margin, over tasks, by which
+# $\mathrm{softmax}(\Theta_{i\cdot})$ puts task $i$ on its planted group's branch
+# rather than on any other (groups matched to branches in the best way). It is
+# positive exactly when the pruned grouping is the planted one. The groupings of $N$ tasks
 # into at most $K$ non-empty groups number
 #
 # $$\#\text{groupings}(N, K) = \sum_{j=1}^{K} S(N, j), \tag{6}$$
@@ -407,6 +415,19 @@ def misassigned(grouping, truth):
     for perm in itertools.permutations(range(n), max(a) + 1):
         best = max(best, sum(perm[x] == y for x, y in zip(a, b)))
     return len(a) - best
+
+
+def planted_lead(P, truth):
+    """The smallest lead, over tasks, of a task's planted branch in P (N, K) over its
+    best other branch, under the relabelling of groups to branches that makes it
+    largest: positive exactly when argmax P names the planted grouping."""
+    t = canonical(truth)
+    P, K, best = np.asarray(P), P.shape[1], -1.0
+    for perm in itertools.permutations(range(K), max(t) + 1):
+        own = np.array([perm[g] for g in t])
+        others = np.where(np.eye(K, dtype=bool)[own], -np.inf, P).max(1)
+        best = max(best, float((P[np.arange(len(t)), own] - others).min()))
+    return best
 
 
 def all_groupings(N, K):
@@ -443,13 +464,11 @@ def corr_affinity(Y):
     return np.abs(np.corrcoef(np.asarray(Y).T))
 
 
-def lookahead_affinity(X, Y, *, lr=0.01, epochs=15, batch=BATCH, seed=0, r=BOTTLENECK):
+def lookahead_affinity(X, Y, *, gen, lr=0.01, epochs=15, batch=BATCH, r=BOTTLENECK):
     """Eq. 7: TAG's affinity Z[i, j], averaged over the training of a shared branch."""
-    gen = torch.Generator().manual_seed(seed)
-    torch.manual_seed(seed)
     X, Y = torch.as_tensor(X), torch.as_tensor(Y)
     n, N = Y.shape
-    model = GroupedBranches(X.shape[1], 1, N, r=r)
+    model = GroupedBranches(X.shape[1], 1, N, gen, r=r)
     opt = torch.optim.Adam(model.parameters(), lr=lr)
     Z, steps = np.zeros((N, N)), 0
     for _ in range(epochs):
@@ -521,17 +540,15 @@ def group_by_affinity(A, K):
 # a practitioner would do) and the median restart (what one run typically gives).
 
 # %%
-rng = np.random.default_rng(seed)
-(train, test), truth = make_splits(GROUPS, PER_GROUP, (cfg.n_train, cfg.n_test), rng,
-                                   rho, minor)
+(train, test), truth = make_splits(GROUPS, PER_GROUP, (cfg.n_train, cfg.n_test),
+                                   run.rng("data"), rho, minor)
 n_tasks = len(truth)
 budget = cfg.epochs + cfg.finetune  # epochs of every final network
-recipe = dict(lr=lr, epochs=budget, seed=1000 * seed)
 
 dmtg_runs = []
 for r in icmlbook.progress(range(restarts), desc="DMTG restarts"):
     d = dmtg(*train, K_MAIN, tau=tau, lr=lr, epochs=cfg.epochs, finetune=cfg.finetune,
-             seed=1000 * seed + r, test=test)
+             gen=run.generator(f"DMTG restart {r}"), test=test)
     dmtg_runs.append(dict(d, wrong=misassigned(d["grouping"], truth)))
 best = min(dmtg_runs, key=lambda d: d["train_mse"])
 dmtg_median = float(np.median([d["test_mse"] for d in dmtg_runs]))
@@ -539,12 +556,13 @@ dmtg_median = float(np.median([d["test_mse"] for d in dmtg_runs]))
 
 def fixed_grouping_mse(grouping):
     """Test MSE of a grouping chosen in advance, trained for the full budget."""
-    g = canonical(grouping)
-    model, _, _ = train_grouped(*train, max(g) + 1, g, **recipe)
+    g = canonical(grouping)  # every grouping starts from the same stream
+    model, _, _ = train_grouped(*train, max(g) + 1, g, lr=lr, epochs=budget,
+                                gen=run.generator("fixed grouping"))
     return pruned_mse(model, g, *test)
 
 
-Z_tag = lookahead_affinity(*train, lr=lr, epochs=cfg.epochs, seed=1000 * seed)
+Z_tag = lookahead_affinity(*train, lr=lr, epochs=cfg.epochs, gen=run.generator("TAG"))
 g_tag = group_by_affinity(Z_tag, K_MAIN)
 mse = {"TAG lookahead affinity": fixed_grouping_mse(g_tag)}
 A_corr = corr_affinity(train[1])
@@ -554,12 +572,14 @@ groupings = {"TAG lookahead affinity": g_tag,
 for name in ("|corr| clustering", "planted grouping", "one shared branch"):
     mse[name] = fixed_grouping_mse(groupings[name])
 
+# the ablation draws the same initialisation and noise as DMTG's first restart
+frozen_gen = run.generator("DMTG restart 0")
 frozen, g_frozen, _ = train_grouped(*train, K_MAIN, tau=tau, lr=lr, epochs=cfg.epochs,
-                                    seed=1000 * seed, learn_theta=False)
+                                    gen=frozen_gen, learn_theta=False)
 groupings["assignment not learned"] = g_frozen
 frozen_pruned_mse = pruned_mse(frozen, g_frozen, *test)
 train_grouped(*train, K_MAIN, g_frozen, model=frozen, lr=lr, epochs=cfg.finetune,
-              seed=1000 * seed)
+              gen=frozen_gen)
 mse["assignment not learned"] = pruned_mse(frozen, g_frozen, *test)
 dmtg_pruned_mse = float(np.median([d["pruned_test_mse"] for d in dmtg_runs]))
 
@@ -579,9 +599,9 @@ for name, g in groupings.items():
 # its positive entries pair the two tasks of each group.
 
 # %% tags=["hide-input"]
-easy_rng = np.random.default_rng(10_000 + seed)
-((_, easy_Y),), easy_truth = make_splits(GROUPS, PER_GROUP, (cfg.n_train,), easy_rng,
-                                         rho, minor, mixed=False)
+((_, easy_Y),), easy_truth = make_splits(GROUPS, PER_GROUP, (cfg.n_train,),
+                                         run.rng("same-function data"), rho, minor,
+                                         mixed=False)
 A_easy = corr_affinity(easy_Y)
 g_easy = group_by_affinity(A_easy, K_MAIN)
 labels = [f"{i}: g{t} {'even' if i % 2 else 'odd'}" for i, t in enumerate(truth)]
@@ -632,22 +652,35 @@ plt.show()
 #
 # The wall-clock time of a whole run depends on whatever else the machine is doing
 # while it runs. We therefore time one epoch of each kind of training in CPU seconds
-# of this process (one torch thread), the three kinds taking turns three times, and
-# scale the medians by the epochs each method trains: one DMTG run is `budget` epochs
-# of the $K$-branch network; TAG is `epochs` epochs of the shared network with $N$
-# lookahead steps per training step, then `budget` epochs of its grouping.
+# of this process (one torch thread), the kinds taking turns three times, and scale
+# the medians by the epochs each method trains: one DMTG run is `budget` epochs of
+# the $K$-branch network; TAG is `epochs` epochs of the shared network with $N$
+# lookahead steps per training step, then `budget` epochs of its grouping. An
+# exhaustive search trains every grouping of Eq. 6 for `budget` epochs; we bound its
+# cost from below by pricing every grouping at the epoch of the cheapest network, one
+# shared branch with $N$ heads.
 
 # %%
-# median CPU seconds of one epoch of each, the three taking turns three times
+# median CPU seconds of one epoch of each, the kinds taking turns three times
+shared = np.zeros(n_tasks, int)
 epoch_seconds = icmlbook.seconds_in_turns({
-    "DMTG": lambda: train_grouped(*train, K_MAIN, tau=tau, lr=lr, epochs=1),
-    "lookahead": lambda: lookahead_affinity(*train, lr=lr, epochs=1),
-    "fixed grouping": lambda: train_grouped(*train, K_MAIN, truth, lr=lr, epochs=1)})
+    "DMTG": lambda: train_grouped(*train, K_MAIN, tau=tau, lr=lr, epochs=1,
+                                  gen=run.generator("timing")),
+    "lookahead": lambda: lookahead_affinity(*train, lr=lr, epochs=1,
+                                            gen=run.generator("timing")),
+    "fixed grouping": lambda: train_grouped(*train, K_MAIN, truth, lr=lr, epochs=1,
+                                            gen=run.generator("timing")),
+    "one branch": lambda: train_grouped(*train, 1, shared, lr=lr, epochs=1,
+                                        gen=run.generator("timing"))})
 dmtg_seconds = budget * epoch_seconds["DMTG"]
 tag_seconds = (cfg.epochs * epoch_seconds["lookahead"]
                + budget * epoch_seconds["fixed grouping"])
+n_groupings = len(all_groupings(n_tasks, K_MAIN))  # Eq. 6
+search_seconds = n_groupings * budget * epoch_seconds["one branch"]  # a lower bound
 print("CPU seconds per epoch: " + ", ".join(f"{k} {v:.3f}"
                                             for k, v in epoch_seconds.items()))
+print(f"exhaustive search over {n_groupings} groupings: at least "
+      f"{search_seconds:.0f} CPU s, {search_seconds / dmtg_seconds:.0f} DMTG runs")
 
 # %% [markdown]
 # ### The table
@@ -694,54 +727,83 @@ plt.show()
 # ## Claims
 #
 # Paper claims first, each against the paper's key ingredient removed or against the
-# strongest fair baseline; then checks, which must hold if the code is right but are no
-# evidence for the paper. The thresholds were fixed before the final runs, calibrated
-# on seeds 0-4 at the default tier; each line says where its number comes from. The
-# smoke tier records them without enforcing them. Changed after a failure: the cost
-# check first compared the wall-clock seconds of whole runs, which fell to 1.50 on a
-# busy machine; it now compares CPU seconds per epoch measured in turns (above), with
-# the same bar.
+# strongest fair baseline, each with its strength (does it say that DMTG is better,
+# or only that it is no worse) and where its threshold came from; then findings,
+# what the paper states and we measure without claiming it; then checks, which must
+# hold if the code is right but are no evidence for the paper. The thresholds were
+# fixed before the final runs, calibrated on seeds 0-9 at the default tier and
+# confirmed on seeds 10-19; each line says where its number comes from. The smoke
+# tier records them without enforcing them. One claim changed after a failure: the
+# cost claim first compared the wall-clock seconds of whole runs, which fell just
+# under its bar on a busy machine; it now compares CPU seconds per epoch measured
+# in turns (above), with the same bar. The planted-lead claim replaces a count of
+# misassigned tasks, which sat exactly at its bar of zero whenever it held.
 
 # %% tags=["thresholds"]
-C_VS_FROZEN = 0.5  # DMTG / ablation, pruned test MSE; 0.18-0.30 on seeds 0-4
-C_VS_TAG = 1.15  # DMTG (median restart) / TAG grouping, test MSE; 0.97-1.04, seeds 0-4
-C_VS_CORR = 0.6  # DMTG (median restart) / |corr| grouping; 0.23-0.37 on seeds 0-4
-C_MISASSIGNED = 0  # tasks misassigned by the best restart; 0 on seeds 0-4
-C_WITHIN = 0.5  # max within / max cross-group |corr|; population 0, 0.33 on seed 0
-C_EASY = 0  # misassigned by |corr| clustering, same-function family; 0 on seed 0
-C_GROUPING_MATTERS = 0.4  # planted grouping / one shared branch, test MSE; ~0.17
-C_COST = 1.5  # TAG's CPU seconds / one DMTG run's; 1.8-2.5 over seeds 0-9 (wall clock)
+# the paper's verdict follows icmlbook.verdicts' rule, fixed before the final sweep
+C_VS_FROZEN = 0.5  # DMTG / ablation, pruned test MSE; calibrated on seeds 0-9
+C_LEAD = 0.2  # planted lead of the best restart; calibrated on seeds 0-9
+C_VS_TAG = 1.15  # DMTG (median restart) / TAG grouping; non-inferior, seeds 0-9
+C_VS_CORR = 0.6  # DMTG (median restart) / |corr| grouping; calibrated, seeds 0-9
+C_COST = 1.5  # TAG's CPU seconds / one DMTG run's; bar kept when the statistic changed
+C_WITHIN = 0.5  # max within / max cross-group |corr|; population value 0
+C_EASY = 0  # misassigned by |corr| clustering, same-function family; 0 by design
+C_GROUPING_MATTERS = 0.4  # planted grouping / one shared branch, test MSE; seeds 0-9
+C_SEARCH = 20  # exhaustive search's CPU seconds (lower bound) / one DMTG run's; Eq. 6
 C_ROWS = 1e-6  # |row sum of G - 1| (rounding only)
 C_ONE_HOT = 1e-6  # relative gap of Eq. 4 with one-hot G to the fixed grouping's loss
 
 # %%
+vs_tag = dmtg_median / mse["TAG lookahead affinity"]
+lead = planted_lead(best["history"][-1], truth)
 run.claim("DMTG / assignment not learned, pruned MSE",
           dmtg_pruned_mse / frozen_pruned_mse, "<=", C_VS_FROZEN,
           "Learning the assignment trains each branch for its group: the pruned "
           "network has a fraction of the error of the same network with Theta frozen",
-          versus="ablation", against="Theta frozen at uniform, best head per task")
-run.claim("DMTG / TAG lookahead grouping, test MSE",
-          dmtg_median / mse["TAG lookahead affinity"], "<=", C_VS_TAG,
-          "One DMTG run is as good as grouping by lookahead affinity and retraining",
-          versus="baseline", against="TAG lookahead affinity, Eq. 8, retrained")
+          versus="ablation", against="Theta frozen at uniform, best head per task",
+          strength="superiority", provenance="calibrated")
+run.claim("planted lead, best restart", lead, ">=", C_LEAD,
+          "The restart with the lowest training loss puts every task on its planted "
+          "group's branch, by a clear margin in softmax(Theta)",
+          versus="baseline", against="the planted grouping (oracle)",
+          strength="superiority", provenance="calibrated")
+run.claim("DMTG / TAG lookahead grouping, test MSE", vs_tag, "<=", C_VS_TAG,
+          "One DMTG run is as good as grouping by lookahead affinity and retraining "
+          "(the paper: better)", versus="baseline",
+          against="TAG lookahead affinity, Eq. 8, retrained",
+          strength="non-inferiority", provenance="calibrated", strict=1.0)
 run.claim("DMTG / |corr| clustering, test MSE", dmtg_median / mse["|corr| clustering"],
           "<=", C_VS_CORR,
           "Where the targets of a group are uncorrelated, DMTG beats grouping by "
           "target correlation", versus="baseline",
-          against="|corr| of targets, Eq. 8, retrained")
-run.claim("misassigned tasks, best restart", best["wrong"], "<=", C_MISASSIGNED,
-          "The restart with the lowest training loss finds the planted grouping",
-          versus="baseline", against="the planted grouping (oracle)")
+          against="|corr| of targets, Eq. 8, retrained (a stand-in for the paper's "
+          "heuristic groupings)", strength="against a stand-in",
+          provenance="calibrated", strict=1.0)
+run.claim("TAG CPU seconds / one DMTG run", tag_seconds / dmtg_seconds, ">=", C_COST,
+          "One DMTG run costs less than TAG's affinity pass plus the training of its "
+          "grouping", versus="baseline", against="TAG: N lookahead steps per step, "
+          "then its grouping trained", strength="superiority",
+          provenance="changed after failure")
+run.finding("DMTG / TAG lookahead grouping, strict", vs_tag, "<", 1.0,
+            paper="DMTG's one-shot grouping has lower error than the sequential "
+            "grouping methods, TAG among them",
+            shows="whether DMTG's median restart beats TAG's retrained grouping; both "
+            "usually find the planted grouping, so this is a tie up to training noise")
+run.finding("share of restarts finding the planted grouping", recovered / restarts,
+            ">=", 1.0, paper="one training run identifies the groups (one shot)",
+            shows="how often a single DMTG run, not the best of several, recovers the "
+            "planted grouping")
 
 within = np.where(truth[:, None] == truth[None], A_corr, 0) - np.eye(n_tasks)
 across = np.where(truth[:, None] != truth[None], A_corr, 0)
-G_rows = gumbel_softmax(torch.randn(n_tasks, K_MAIN) * 3, tau,
-                        torch.Generator().manual_seed(seed))
+check_gen = run.generator("checks")
+G_rows = gumbel_softmax(torch.randn(n_tasks, K_MAIN, generator=check_gen) * 3, tau,
+                        check_gen)
 with torch.no_grad():
     L_check = branch_losses(best["model"](torch.as_tensor(test[0])),
                             torch.as_tensor(test[1]))
 one_hot = nn.functional.one_hot(torch.as_tensor(best["grouping"]), K_MAIN).float()
-G_hot = gumbel_softmax(1e4 * one_hot, tau, torch.Generator().manual_seed(seed))
+G_hot = gumbel_softmax(1e4 * one_hot, tau, check_gen)
 eq4 = dmtg_loss(L_check, G_hot).item()
 fixed_loss = n_tasks * pruned_mse(best["model"], best["grouping"], *test)
 run.check("within / cross-group |corr|, main family", within.max() / across.max(), "<=",
@@ -752,16 +814,31 @@ run.check("|corr| misassigned, same-function family", misassigned(g_easy, easy_t
 run.check("planted grouping / one shared branch, test MSE",
           planted / mse["one shared branch"], "<=", C_GROUPING_MATTERS,
           "premise: with a width-1 bottleneck the grouping matters")
-run.check("TAG CPU seconds / one DMTG run", tag_seconds / dmtg_seconds, ">=", C_COST,
-          "N lookahead steps per training step cost more than one DMTG run")
+run.check("exhaustive search CPU seconds / one DMTG run", search_seconds / dmtg_seconds,
+          ">=", C_SEARCH, "Eq. 6: a search trains every grouping, DMTG one network")
 run.check("rows of G sum to one", float((G_rows.sum(1) - 1).abs().max()), "<=", C_ROWS,
           "Eq. 3 is a distribution over branches for every task")
 run.check("Eq. 4 with one-hot G = fixed-grouping loss",
           abs(eq4 - fixed_loss) / fixed_loss, "<=", C_ONE_HOT,
           "a committed assignment trains exactly its grouping")
+run.headline("one-shot grouping", "we propose to simultaneously identify the best task "
+             "groups from 2^N candidates and train the model weights simultaneously in "
+             "one-shot", source="Abstract",
+             claims=["DMTG / assignment not learned, pruned MSE",
+                     "planted lead, best restart"],
+             findings=["share of restarts finding the planted grouping"])
+run.headline("better than sequential grouping", "our method ... mitigates the objective "
+             "bias introduced by the sequential procedures that potentially lead to a "
+             "suboptimal solution", source="Abstract; CelebA and Taskonomy tables",
+             claims=["DMTG / TAG lookahead grouping, test MSE",
+                     "DMTG / |corr| clustering, test MSE"],
+             findings=["DMTG / TAG lookahead grouping, strict"])
+run.headline("training efficiency", "our method not only improves the training "
+             "efficiency", source="Abstract", claims=["TAG CPU seconds / one DMTG run"])
 run.metric("test_mse", {name: m for _, name, m, _, _ in rows})
 run.metric("dmtg_seconds", dmtg_seconds)
 run.metric("tag_seconds", tag_seconds)
+run.metric("search_seconds", search_seconds)
 run.metric("restarts_recovering", recovered)
 run.metric("misassigned", {k: misassigned(g, truth) for k, g in groupings.items()})
 run.metric("frozen_finetuned_over_planted", mse["assignment not learned"] / planted)
@@ -799,7 +876,7 @@ def unweighted_loss(L, G):
 
 
 broken = dmtg(*train, K_MAIN, tau=tau, lr=lr, epochs=cfg.epochs, finetune=cfg.finetune,
-              seed=1000 * seed, test=test, loss_fn=unweighted_loss)
+              gen=run.generator("DMTG restart 0"), test=test, loss_fn=unweighted_loss)
 print(f"unweighted loss: grouping {canonical(broken['grouping'])}, misassigned "
       f"{misassigned(broken['grouping'], truth)}, test MSE / TAG's "
       f"{broken['test_mse'] / mse['TAG lookahead affinity']:.2f} "
@@ -839,14 +916,15 @@ def widget_reference(structure, data_seed, r, K):
     if key not in _widget_cache:
         n_groups, per_group, mixed = STRUCTURES[structure]
         (tr, te), tr_truth = make_splits(n_groups, per_group, (cfg.widget_n, 500),
-                                         np.random.default_rng(data_seed), rho, minor,
-                                         mixed)
+                                         run.rng(f"widget data {data_seed}"), rho,
+                                         minor, mixed)
         kw = dict(lr=lr, epochs=cfg.widget_epochs + cfg.finetune, r=r, batch=64)
         g_corr = group_by_affinity(corr_affinity(tr[1]), K)
         ref = {}
         for name, g in [("planted grouping", tr_truth), ("|corr| clustering", g_corr),
                         ("one shared branch", np.zeros(len(tr_truth), int))]:
-            m, _, _ = train_grouped(*tr, max(g) + 1, canonical(g), **kw)
+            m, _, _ = train_grouped(*tr, max(g) + 1, canonical(g), **kw,
+                                    gen=run.generator("widget fixed grouping"))
             ref[name] = pruned_mse(m, canonical(g), *te)
         _widget_cache[key] = (tr, te, tr_truth, ref)
     return _widget_cache[key]
@@ -855,7 +933,8 @@ def widget_reference(structure, data_seed, r, K):
 def update(structure, K, r, tau, data_seed, restarts):
     tr, te, tr_truth, ref = widget_reference(structure, data_seed, r, K)
     runs_ = [dmtg(*tr, K, tau=tau, lr=lr, r=r, batch=64, epochs=cfg.widget_epochs,
-                  finetune=cfg.finetune, seed=s, test=te) for s in range(restarts)]
+                  finetune=cfg.finetune, gen=run.generator(f"widget restart {s}"),
+                  test=te) for s in range(restarts)]
     best_ = min(runs_, key=lambda d: d["train_mse"])
     g_, hist_ = best_["grouping"], best_["history"]
     n = len(tr_truth)
