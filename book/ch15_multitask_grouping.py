@@ -39,8 +39,15 @@
 # shot, with one optimiser; at the end each task keeps the head of its most likely
 # branch and the rest is pruned away.
 #
-# **The claim, and what this book changed.** One training run finds the grouping and
-# its weights, with no pairwise heuristic. We test it on six synthetic regression
+# **The claims, and what this book changed.** The paper's abstract makes three
+# headline claims: DMTG can "simultaneously identify the best task groups from $2^N$
+# candidates and train the model weights simultaneously in one-shot"; doing so "not
+# only improves the training efficiency, but also mitigates the objective bias
+# introduced by the sequential procedures that potentially lead to a suboptimal
+# solution". Its tables report these on CelebA and Taskonomy. We test all three at
+# laptop scale, each by claims and findings recorded below, and the paper's verdict
+# (reproduced, partly, not reproduced) follows from them by a rule fixed before the
+# final runs; it is printed with the claims. The tasks are six synthetic regression
 # tasks in three planted groups, where a group's two tasks are an odd and an even
 # function of one shared feature: their targets are *uncorrelated*, so clustering tasks
 # by the correlation of their targets is misled by construction, while a network that
@@ -852,9 +859,11 @@ run.verdict()
 # ## Across seeds
 #
 # One run is one seed. The table and strip plot below read this chapter's results
-# file, made by `icmlbook sweep 15 --seeds 0-9 --update-results`: every claim and
-# check over seeds 0-9 at the default tier, with the number of seeds on which it holds
-# and its worst margin (how far inside the threshold the worst seed stayed).
+# file, made by `icmlbook sweep 15 --seeds 0-19 --update-results`: every claim, check
+# and finding over seeds 0-9 (on which the thresholds were calibrated) and seeds
+# 10-19 (run once, after the thresholds were frozen, to confirm them) at the default
+# tier, with the number of seeds on which each holds and its worst margin (how far
+# inside the threshold the worst seed stayed).
 
 # %%
 across = icmlbook.across_seeds(run)
@@ -988,40 +997,223 @@ icmlbook.explore(update, controls, run=run)
 # | networks | ResNet / Xception / ViT branches, linear heads (CelebA) or decoders (Taskonomy) | 32-unit tanh MLP branches with a width-1 bottleneck, 8-unit MLP heads, no shared stem |
 # | temperature | constant, 2.5 (CelebA) or 4 (Taskonomy) | constant 2.5 |
 # | baselines | grouping methods from the literature, among them TAG | TAG-style lookahead affinity and $\lvert\mathrm{corr}\rvert$ clustering (Eqs. 7-8), each grouping retrained; the assignment frozen (ablation); the planted grouping |
-# | evidence | better errors than grouping baselines at lower cost | ablation: pruned error at most `C_VS_FROZEN` times the frozen assignment's; as good as TAG (at most `C_VS_TAG` times its error); at most `C_VS_CORR` times the $\lvert\mathrm{corr}\rvert$ grouping's error; the best restart recovers the planted grouping |
+# | evidence | better errors than grouping baselines at lower cost | ablation: pruned error at most `C_VS_FROZEN` times the frozen assignment's; the best restart's planted lead at least `C_LEAD`; no worse than TAG (at most `C_VS_TAG` times its error); at most `C_VS_CORR` times the $\lvert\mathrm{corr}\rvert$ grouping's error; TAG at least `C_COST` times the CPU time of one DMTG run |
+#
+# **Paper coverage.** What each of the paper's main results is tested by here.
+#
+# | paper | this book |
+# |---|---|
+# | one-shot grouping and training (abstract, method) | tested: claims "DMTG / assignment not learned" and "planted lead", finding "share of restarts finding the planted grouping" |
+# | CelebA-9 comparisons with naive multi-task learning, single-task learning and grouping methods, TAG among them, for several $K$ | tested in kind, on synthetic tasks: claims "DMTG / TAG" (no worse) and "DMTG / $\lvert\mathrm{corr}\rvert$" (a stand-in heuristic), finding "DMTG / TAG, strict"; naive multi-task learning appears as the premise check "planted grouping / one shared branch" |
+# | Taskonomy-5 comparisons | out of scope: dense vision tasks on Xception branches are beyond a CPU budget; the synthetic family stands in |
+# | training efficiency, encoders $O(K)$ | tested: claim "TAG CPU seconds / one DMTG run", check "exhaustive search CPU seconds / one DMTG run" |
+# | ablations: a transformer backbone, how many encoder layers are shared | out of scope: our branches share no stem and are two-layer MLPs |
 #
 # **What is reconstructed.** The planted task families, the width-1 bottleneck that
 # makes tasks of different groups compete, the MLP heads, the fine-tuning schedule and
-# every threshold are ours, calibrated on our implementation (seeds 0-4). The paper's
-# tables are not reproduced, so we compare with its claims, not its numbers. TAG is
-# implemented from its published description (Eq. 7 with a plain gradient step of the
-# learning rate, the grouping by Eq. 8 over all groupings into $K$ groups), not from
-# its code.
+# every threshold are ours, calibrated on our implementation (seeds 0-9, confirmed on
+# seeds 10-19). The paper's tables are not reproduced, so we compare with its claims,
+# not its numbers. TAG is implemented from its published description (Eq. 7 with a
+# plain gradient step of the learning rate, the grouping by Eq. 8 over all groupings
+# into $K$ groups), not from its code.
 #
-# **What does not reproduce.** The paper presents DMTG as better than the sequential
-# grouping methods, TAG among them. Here the lookahead affinity finds the planted
-# grouping as reliably as DMTG does, so after retraining its error is the same: the
-# advantage that shows at our scale is cost, one DMTG run against TAG's affinity pass
-# (with $N$ lookahead steps per training step) plus a second training (the cost check
-# above). Target correlation alone is misled only on purpose-built tasks like ours; on
-# the same-function family it finds the groups for free (the check above), so
-# DMTG's win over it is a statement about tasks whose relation is nonlinear. Nor is
-# the Gumbel noise what makes DMTG work here: in our runs a deterministic softmax of
-# $\Theta$ did about as well (exercise 1 measures it).
+# **What does not reproduce, and what holds only in a weaker form.** The paper
+# presents DMTG as better than the sequential grouping methods, TAG among them. Here
+# the lookahead affinity finds the planted grouping as reliably as DMTG does, so
+# after retraining the two errors tie up to training noise: we claim only that DMTG
+# is no worse, and the finding "DMTG / TAG lookahead grouping, strict" records on
+# how few seeds it is strictly better (the across-seeds table counts them). What
+# shows at our scale is cost: one DMTG run against TAG's affinity pass, with $N$
+# lookahead steps per training step, plus a second training; that claim's statistic
+# was changed after a failure (from wall-clock seconds of whole runs to CPU seconds
+# per epoch), which the verdict counts. "One shot" holds for the best of `restarts`
+# runs picked by training loss; a single run does not always find the planted
+# grouping (the finding "share of restarts finding the planted grouping"). Target
+# correlation, the other baseline, is a stand-in for the heuristics the paper argues
+# against, misled here on purpose: on the same-function family it finds the groups
+# for free (the check above), so DMTG's win over it is a statement about tasks
+# whose relation is nonlinear. Nor is the Gumbel noise what makes DMTG work here,
+# with independently initialised branches (exercise 1 measures it).
 
 # %% [markdown]
 # ## Exercises
 #
-# 1. **Noise or not.** Replace Eq. 3 by $\mathrm{softmax}(\Theta / \tau)$ (no Gumbel
-#    noise) and compare recovery and error over ten seeds; then anneal $\tau$ from 5
-#    to 0.5. Which of the two choices matters on the four-group family of the widget?
-# 2. **The exhaustive search.** Train all 122 groupings of Eq. 6 for $N = 6$, $K = 3$
-#    and rank them by validation error. Is the planted grouping first, how close is
-#    the second, and how many DMTG runs would the search pay for?
-# 3. **Where pairwise affinity breaks.** Build tasks whose useful grouping is a
-#    property of triples, not pairs (for example a bottleneck of width 2 and three
-#    tasks in a two-dimensional subspace) and compare DMTG with TAG there.
+# Each exercise is followed by a worked solution, folded; try it first. The solutions
+# run on smaller problems than the experiment (the sizes are in their code) and
+# change none of the chapter's results.
+
+# %% [markdown] tags=["exercise"]
+# **1. Noise or not.** Replace Eq. 3's sample by the deterministic
+# $\mathrm{softmax}(\Theta / \tau)$ and run DMTG again, each restart with its own
+# stream as above. Does it still find the planted grouping, and is its error close
+# to the Gumbel version's? Then show that without the noise, $K$ branches that start
+# identical (as the authors' code initialises them) stay identical forever, whatever
+# the data, and check it numerically.
+
+# %% [markdown] tags=["solution"]
+# :::{dropdown} Solution to exercise 1
+# **Why the noise can matter.** Suppose the $K$ branches and their heads start with
+# identical weights and $\Theta$ with identical columns (zeros). Then $L_{ik} = L_i$
+# for every $k$, and the deterministic assignment is $G_{ik} = 1/K$. The gradient of
+# Eq. 4 with respect to branch $k$'s weights $w_k$ is
 #
+# $$\frac{\partial \mathcal L}{\partial w_k} = \sum_i G_{ik}\,
+#   \frac{\partial L_{ik}}{\partial w_k} = \frac1K \sum_i \frac{\partial L_i}{\partial w},$$
+#
+# the same for every $k$, so Adam (whose state also starts equal) moves every branch
+# alike. The gradient with respect to the logits is
+#
+# $$\frac{\partial \mathcal L}{\partial \Theta_{ik}} = \frac{G_{ik}}{\tau}
+#   \Big(L_{ik} - \sum_{k'} G_{ik'} L_{ik'}\Big),$$
+#
+# equal across $k$ for each task (it is zero up to rounding), so the columns of
+# $\Theta$ stay identical and $G$ stays uniform. By induction the branches never
+# separate: without noise, a symmetric start is a fixed point. The Gumbel noise makes
+# $G_{ik}$ differ across $k$ at every step, the branches receive differently weighted
+# gradients, and they split.
+#
+# **What the experiment shows.** Our branches are initialised independently, so the
+# initialisation already breaks the symmetry and the noise is not needed for that:
+# the deterministic version finds the planted grouping with an error close to the
+# Gumbel version's (first cell). Started from identical branches (second cell), the
+# deterministic version keeps them identical to the last bit, while the noisy one
+# pulls them apart. The noise matters for the authors' initialisation, not for ours.
+# :::
+
+# %% tags=["solution", "hide-cell"]
+def softmax_assignment(theta, tau, generator=None):
+    """Eq. 3 without the Gumbel noise: softmax(theta / tau), the same at every step."""
+    return torch.softmax(theta / tau, dim=-1)
+
+
+no_noise = [dmtg(*train, K_MAIN, tau=tau, lr=lr, epochs=cfg.epochs,
+                 finetune=cfg.finetune, gen=run.generator(f"DMTG restart {r}"),
+                 test=test, assign=softmax_assignment) for r in range(restarts)]
+no_noise_median = float(np.median([d["test_mse"] for d in no_noise]))
+print("misassigned without noise:",
+      [misassigned(d["grouping"], truth) for d in no_noise],
+      "with noise:", [d["wrong"] for d in dmtg_runs])
+print(f"median test MSE without noise {no_noise_median:.4f}, with {dmtg_median:.4f}")
+S_NO_NOISE = 1.5  # "close": at most half as much error again as the Gumbel version
+icmlbook.solution_check("median test MSE, no noise / Gumbel",
+                        no_noise_median / dmtg_median, "<=", S_NO_NOISE)
+
+
+# %% tags=["solution", "hide-cell"]
+def branch_spread(assign, n=256, epochs=2):
+    """Largest weight difference between any branch and branch 0 after training K
+    branches (and their heads) that start identical, with the given assignment."""
+    gen = run.generator("identical branches")
+    model = GroupedBranches(D_IN, K_MAIN, n_tasks, gen)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.copy_(p[:1].clone().expand_as(p))
+    train_grouped(train[0][:n], train[1][:n], K_MAIN, model=model, tau=tau, lr=lr,
+                  epochs=epochs, gen=gen, assign=assign)
+    return max(float((p - p[:1]).abs().max()) for p in model.parameters())
+
+
+spread_noise = branch_spread(gumbel_softmax)
+spread_plain = branch_spread(softmax_assignment)
+print(f"largest difference between branches: with noise {spread_noise:.2e}, "
+      f"without {spread_plain:.2e}")
+S_IDENTICAL = 1e-6  # the derivation says exactly 0; this leaves room for rounding
+icmlbook.solution_check("noisy branches separate", spread_noise, ">", S_IDENTICAL)
+icmlbook.solution_check("noiseless branches stay identical", spread_plain, "<=",
+                        S_IDENTICAL)
+
+# %% [markdown] tags=["exercise"]
+# **2. A local exhaustive search.** An exhaustive search would train all 122
+# groupings of Eq. 6 for $N = 6$, $K = 3$. Train just the planted grouping and its
+# twelve neighbours, the groupings one moved task away from it, and rank them by
+# test error. Is the planted grouping first? Using the CPU times per epoch measured
+# above, how many DMTG runs would the whole search cost?
+
+# %% [markdown] tags=["solution"]
+# :::{dropdown} Solution to exercise 2
+# **Reasoning.** A neighbour moves one task $i$ onto a branch that serves another
+# group. With a width-1 bottleneck that branch carries the other group's feature
+# $s_{g'}$, and task $i$ must be read from it. Since the group directions have cosine
+# $\rho$, $s_{g'}$ still holds part of $s_{g(i)}$, so the moved task is not lost, but
+# its error rises, and the group it left or joined may lose some accuracy too. Every
+# neighbour should therefore be worse than the planted grouping: the planted
+# grouping is a strict local optimum of the search.
+#
+# **What it shows.** The planted grouping ranks first among the thirteen, with a
+# clear gap to the runner-up (the code prints both). The whole search would train
+# 122 groupings; priced at the cheapest network's epoch, the cost check of the
+# claims already bounds it from below, in DMTG runs (printed again here). The
+# search was run on a fresh data set of the same family, with fewer training points
+# than the experiment (the sizes are in the code).
+# :::
+
+# %% tags=["solution", "hide-cell"]
+local = run.pick(smoke=dict(n=600, epochs=12), default=dict(n=1000, epochs=budget))
+(ex_train, ex_test), ex_truth = make_splits(GROUPS, PER_GROUP, (local.n, 1000),
+                                            run.rng("exercise data"), rho, minor)
+planted_g = canonical(ex_truth)
+neighbours = sorted({canonical([h if j == i else g for j, g in enumerate(ex_truth)])
+                     for i in range(n_tasks) for h in range(GROUPS)
+                     if h != ex_truth[i]})
+local_mse = {}
+for g in [planted_g] + neighbours:
+    model, _, _ = train_grouped(*ex_train, max(g) + 1, g, lr=lr, epochs=local.epochs,
+                                gen=run.generator("fixed grouping"))
+    local_mse[g] = pruned_mse(model, g, *ex_test)
+ranked = sorted(local_mse, key=local_mse.get)
+runner_up = local_mse[ranked[1]] if ranked[0] == planted_g else local_mse[ranked[0]]
+print(f"{len(neighbours)} neighbours; the planted grouping ranks "
+      f"{ranked.index(planted_g) + 1} of {len(ranked)}: test MSE "
+      f"{local_mse[planted_g]:.4f}, best other {runner_up:.4f}")
+print(f"the whole search over {n_groupings} groupings: at least "
+      f"{search_seconds / dmtg_seconds:.0f} DMTG runs of CPU time")
+S_LOCAL = 1.0  # the planted grouping is first: every neighbour has a larger error
+icmlbook.solution_check("best other grouping / planted grouping, test MSE",
+                        runner_up / local_mse[planted_g], ">", S_LOCAL)
+
+# %% [markdown] tags=["exercise"]
+# **3. Counting groupings.** Derive Eq. 6 in closed form and check the formula
+# against the enumeration `all_groupings`. How fast does an exhaustive search grow
+# with $N$ at fixed $K$, and how fast does the DMTG network grow?
+
+# %% [markdown] tags=["solution"]
+# :::{dropdown} Solution to exercise 3
+# **Derivation.** A grouping of $N$ tasks into exactly $j$ non-empty, unlabelled
+# groups is a surjection from the tasks onto $j$ labels, divided by the $j!$
+# relabellings. By inclusion-exclusion over the labels left unused, the surjections
+# number $\sum_{i=0}^{j} (-1)^i \binom{j}{i} (j - i)^N$, so
+#
+# $$S(N, j) = \frac{1}{j!} \sum_{i=0}^{j} (-1)^i \binom{j}{i} (j-i)^N, \qquad
+#   \#\text{groupings}(N, K) = \sum_{j=1}^{K} S(N, j).$$
+#
+# The $i = 0$ term dominates: $S(N, K) \approx K^N / K!$, so at fixed $K$ an
+# exhaustive search grows exponentially in $N$ (and with the Bell numbers when $K =
+# N$). DMTG trains one network with $K$ branches and $KN$ heads: linear in $K$ and
+# $N$, and one training whatever the count.
+#
+# **What it shows.** The formula agrees with the enumeration for every size checked
+# (the code compares them), and the printed counts show the exponential growth.
+# :::
+
+# %% tags=["solution", "hide-cell"]
+from math import comb, factorial
+
+
+def n_groupings_formula(N, K):
+    """Eq. 6 by inclusion-exclusion: sum over j <= K of the Stirling numbers S(N, j)."""
+    return sum(sum((-1) ** i * comb(j, i) * (j - i) ** N for i in range(j + 1))
+               // factorial(j) for j in range(1, K + 1))
+
+
+largest = run.pick(smoke=dict(N=6), default=dict(N=8)).N  # enumeration: K^N labellings
+sizes = [(N, K) for N in range(1, largest + 1) for K in range(1, 5)]
+gap = max(abs(n_groupings_formula(N, K) - len(all_groupings(N, K))) for N, K in sizes)
+print("groupings into at most 4 groups:",
+      ", ".join(f"N={N}: {n_groupings_formula(N, 4):,}" for N in (6, 10, 20, 40)))
+S_EXACT = 0  # counts are integers: the formula and the enumeration agree exactly
+icmlbook.solution_check("largest |formula - enumeration|", gap, "<=", S_EXACT)
+
+# %% [markdown]
 # ## References
 #
 # - Y. Gao, S. Jiang, M. Li, J.-G. Yu, G.-S. Xia. DMTG: One-Shot Differentiable
