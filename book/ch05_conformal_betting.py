@@ -35,17 +35,21 @@
 # its current "wealth"; misses pay, covers cost. There is no learning rate and the
 # scale of the scores need not be known.
 #
-# **The claim.** Long-run miscoverage converges to $\alpha$ with no tuning at any score
-# scale, and the intervals are about as narrow as those of the best hand-tuned ACI.
-# We test it on a shifting AR(1) stream at three score scales spanning four decades,
-# in two ways. Against its own ablation: the same pinball-loss gradients with a
-# learning rate in place of the bet (ACI), where we give ACI the *one* rate that does
-# best over all scales, chosen in hindsight. Against the strongest fair baseline:
-# scale-free OGD (SF-OGD), which is told the score bound from a calibration set, and
-# ACI with its rate tuned per stream on the test data. Widths are compared at matched
-# coverage, so a method cannot look narrow by missing more often. What this book
-# adds or changes: one synthetic stream family instead of the paper's stock prices,
-# the coverage-matched width, and the one-rate-for-all-scales ablation.
+# **The claim.** In the paper's words: "We prove that our method controls long-term
+# miscoverage frequency at a nominal level and demonstrate its convincing empirical
+# performance without any need of performing cumbersome parameter tuning" (abstract).
+# Two headlines, then: long-run miscoverage converges to $\alpha$ with no learning
+# rate, and the intervals are about as narrow as those of tuned methods, with no
+# tuning. We test both on a shifting AR(1) stream at three score scales spanning four
+# decades. Against the method's own ablation: the same pinball-loss gradients with a
+# learning rate in place of the bet (ACI), given the *one* rate that does best over all
+# scales, chosen in hindsight. Against the strongest fair baselines: scale-free OGD
+# (SF-OGD), which is told the score bound from a calibration set, and ACI with its
+# rate tuned per stream on the test data. Widths are compared at matched coverage, so
+# a method cannot look narrow by missing more often. The paper's verdict, graded from
+# these claims by a fixed rule, is printed with the claims below. What this book adds
+# or changes: one synthetic stream family instead of the paper's stock prices, the
+# coverage-matched width, and the one-rate-for-all-scales ablation.
 
 # %% tags=["parameters"]
 tier = "default"  # smoke | default | full: size of the experiment
@@ -533,7 +537,8 @@ for b in range(N_CONF):
         f"{scale_col[b]:>6g} {alpha_col[b]:>5g} | {conf_gap['KT'][b]:>7.4f} "
         f"{conf_gap['ONS'][b]:>7.4f} {conf_gap['SF-OGD'][b]:>7.4f} | {'':>13} "
         f"{conf_excess['KT'][b]:>6.3f} {conf_excess['ONS'][b]:>6.3f} "
-        f"{conf_excess['SF-OGD'][b]:>6.3f} {conf_excess['OGD, tuned per stream'][b]:>9.3f}"
+        f"{conf_excess['SF-OGD'][b]:>6.3f} "
+        f"{conf_excess['OGD, tuned per stream'][b]:>9.3f}"
     )
 kt_vs_sf = float(np.max(conf_excess["KT"] / conf_excess["SF-OGD"]))
 kt_vs_tuned = float(np.max(conf_excess["KT"] / conf_excess["OGD, tuned per stream"]))
@@ -545,9 +550,10 @@ print(
 
 # %% [markdown]
 # Two things to read off the table. KT's excess width matches SF-OGD's, which was told
-# the scores' range, and is close to OGD tuned on the test stream. And SF-OGD lands
-# closer to $\alpha$ than KT: KT's long-run gap is the price of knowing nothing about
-# the scale, and it shrinks as $O(\sqrt{\log T / T})$ (Eq. 7, measured below).
+# the scores' range, and is a few per cent above OGD tuned on the test stream. And
+# SF-OGD lands closer to $\alpha$ than KT: KT's long-run gap is the price of knowing
+# nothing about the scale, and it shrinks as $O(\sqrt{\log T / T})$ (Eq. 7, measured
+# above). Both are recorded below, the second as a finding.
 #
 # ### The ablation: a learning rate instead of a bet
 #
@@ -555,9 +561,9 @@ print(
 # $g_t = \alpha - \mathrm{err}_t$, and KT replaces OGD's learning rate by a fraction of
 # its wealth. Remove the bet and a learning rate must be chosen. To be fair to OGD, we
 # choose for it, in hindsight, the *one* absolute rate that does best on all the
-# sweep's streams at once: among the rates that keep every stream valid, the one whose worst
-# width, relative to KT's, is smallest. A practitioner who does not know the units of
-# their scores can do no better than this rate, and usually worse.
+# sweep's streams at once: among the rates that keep every stream valid, the one
+# whose worst width, relative to KT's, is smallest. A practitioner who does not know
+# the units of their scores can do no better than this rate, and usually worse.
 
 # %%
 def best_single_rate(scores, alphas, etas, reference_width, tol):
@@ -646,6 +652,12 @@ for (scale, eta), (g, ratio) in fragility.items():
 # hindsight; the same revision replaced raw widths (which flattered KT, as it misses
 # slightly more often than $\alpha$) by widths at matched coverage (Eq. 9).
 #
+# The two width ratios sit close to 1 by nature: KT against SF-OGD is a tie, KT against
+# per-stream tuned OGD a few per cent wider. Their worst configuration is averaged over
+# `sweep_reps` streams, which leaves their spread over seeds far below the tolerance;
+# what stays close to the bar is a property of the methods, not seed noise (averaging
+# more streams does not move it).
+#
 # Findings are measured and recorded like the claims but never enforced: what the
 # paper states and this book does not claim. The paper's verdict is graded from the
 # claims and findings by one fixed rule: a headline is *reproduced* only when every
@@ -654,16 +666,17 @@ for (scale, eta), (g, ratio) in fragility.items():
 # %% tags=["thresholds"]
 # the paper's verdict follows icmlbook.verdicts' rule, fixed before the final sweep
 # |mean err - alpha| on every stream; from a first 5-seed trial (max 0.0103), kept on
-# seeds 0-9 (max 0.0107 over 72 streams)
+# calibration seeds 0-9 (0.0102-0.0107 over 72 streams)
 C_GAP = TUNE_TOL
-# widest stream of the best single OGD rate / KT; measured 75x (T=6000), 24x (T=20000);
-# the design (best single rate, not two fixed rates) changed after a full-tier failure
+# widest stream of the best single OGD rate / KT; measured 75x (T=6000), 24x (T=20000),
+# 77-80x on seeds 0-9; the design (best single rate, not two fixed rates) changed after
+# a full-tier failure
 C_ONE_RATE = 5.0
 # KT's excess width / SF-OGD's, worst configuration (mean of its streams); measured
-# 0.99-1.01 on seeds 0-5, 0.99-1.00 on seeds 0-9; non-inferiority, 5 % tolerance
+# 0.99-1.01 on seeds 0-5, 0.988-0.998 on seeds 0-9; non-inferiority, 5 % tolerance
 C_VS_SFOGD = 1.05
 # KT's excess width / per-stream tuned OGD's, worst configuration (mean of its streams);
-# measured 1.03-1.06 on seeds 0-5, 1.04-1.05 on seeds 0-9; non-inferiority, 10 %
+# 1.03-1.06 on seeds 0-5, 1.039-1.045 on seeds 0-9; non-inferiority, 10 % tolerance
 C_VS_TUNED = 1.10
 C_IDENTITY = 1e-9  # relative error of the wealth identity of Eq. 5 (rounding only)
 # relative error of W_T = eps C(2T, T) / 2^T for constant coins (rounding only)
@@ -778,9 +791,12 @@ run.verdict()
 # ## Across seeds
 #
 # One run is one seed. The table and strip plot below read this chapter's results
-# file, made by `icmlbook sweep 5 --seeds 0-9 --update-results`: every claim and check
-# over seeds 0-9 at the default tier, with the number of seeds on which it holds and
-# its worst margin (how far inside the threshold the worst seed stayed).
+# file, made by `icmlbook sweep 5 --seeds 0-19 --update-results`: every claim, check
+# and finding at the default tier over the calibration seeds 0-9 (on which the
+# thresholds were set) and, shown apart, the confirmation seeds 10-19 (run once, after
+# the thresholds were frozen), with the number of seeds on which each holds and its
+# worst margin (how far inside the threshold the worst seed stayed). The paper's
+# verdict over all of them follows.
 
 # %%
 across = icmlbook.across_seeds(run)
@@ -897,22 +913,38 @@ icmlbook.explore(update, controls, run=run)
 # | | paper | this book |
 # |---|---|---|
 # | method | KT and ONS bettors on the pinball loss | both, from scratch (Eqs. 4–8) |
-# | guarantee | long-run miscoverage $\to \alpha$ for bounded scores, no learning rate | the long-run gap on nine streams spanning four decades of scale, one $\varepsilon$ (first paper claim); its rate, Eq. 7 |
+# | guarantee | long-run miscoverage $\to \alpha$ for bounded scores, no learning rate | the long-run gap on every stream of the sweep, four decades of scale, one $\varepsilon$ (first paper claim); its rate, Eq. 7 |
 # | the key ingredient | betting instead of a learning rate | against OGD with the best single rate in hindsight (second paper claim) |
-# | data | synthetic changepoints, stock prices, multi-step forecasting | one synthetic AR(1) stream with two changepoints at three scales |
+# | data | synthetic changepoints, stock prices, multi-step forecasting | synthetic AR(1) streams with two changepoints at three scales |
 # | baselines | ACI/OGD, SF-OGD, and other adaptive methods | SF-OGD told the score bound, OGD tuned per stream on the test data |
-# | efficiency | comparable widths to tuned methods | excess width at matched coverage (Eq. 9) against both baselines (third and fourth paper claims) |
+# | efficiency | widths comparable to those of tuned methods | excess width at matched coverage (Eq. 9) against both baselines (third and fourth paper claims) |
 #
-# Where the baseline wins: SF-OGD, which is told the range of the scores, lands
-# closer to $\alpha$ than KT on every stream in the sweep above; KT's advantage is
-# that it needs no such information, not that it is more exact.
+# **Paper coverage.** The paper's main results, and where this chapter meets them:
 #
-# What we did not reproduce: the real stock-price series (no network at run time), the
-# multi-step-ahead experiments (one learner per horizon, see the exercises) and the
-# strongest adaptive baselines (SAOCP, DtACI). We did not retrieve the paper's tables,
-# so the comparison is with its claims, not its numbers. The KT bettor's slow local
-# adaptation late in a stream is our observation, consistent with its running-mean
-# fraction; it does not contradict the paper's long-run guarantee.
+# | paper | here |
+# |---|---|
+# | coverage theorem: long-run miscoverage $\to \alpha$ for bounded scores | tested: "KT: validity at every scale with one setting"; rate, Eq. 7 (reported) |
+# | sensitivity of OGD-type methods to the learning rate | tested: "one OGD rate for all scales: width / KT" |
+# | synthetic changepoint experiments against tuned baselines | tested: the two excess-width claims and the finding "KT vs SF-OGD: long-run gap" |
+# | ONS bettor | reported: showcase, sweep table and widget; no claim |
+# | real time series (stock prices) | out of scope: no data download at run time |
+# | multi-step-ahead forecasting | exercise 3 only (a learner per horizon), no claim |
+# | SAOCP, DtACI baselines | out of scope: not implemented |
+#
+# **What did not reproduce, or only in a weaker form.** KT's width matches SF-OGD's
+# and comes within the tolerance of OGD tuned on each test stream, but it is not
+# narrower than the tuned OGD: the two width claims are non-inferiority claims, and
+# the strict version against tuned OGD is recorded beside it. SF-OGD, told the range of
+# the scores, lands closer to $\alpha$ than KT (the finding "KT vs SF-OGD: long-run
+# gap"): KT's advantage is that it needs no such information, not that it is more
+# exact. The ablation's design was changed after a failure (see Claims). Hence the
+# verdict *partly* for the second headline, while the coverage guarantee reproduces.
+#
+# Left out: the real stock-price series, the multi-step-ahead experiments (see the
+# exercises) and the strongest adaptive baselines (SAOCP, DtACI). We did not retrieve
+# the paper's tables, so the comparison is with its claims, not its numbers. The KT
+# bettor's slow local adaptation late in a stream is our observation, consistent with
+# its running-mean fraction; it does not contradict the paper's long-run guarantee.
 
 # %% [markdown]
 # ## Exercises
@@ -1018,7 +1050,7 @@ icmlbook.solution_check("the buggy bettor's smallest step factor is at least "
 
 # %% tags=["solution", "hide-cell"]
 def kt_restarted(scores, alpha, k, eps=1.0):
-    """KT-ACI restarted every k steps (T a multiple of k): one fresh bettor per block."""
+    """KT-ACI restarted every k steps (T a multiple of k): a fresh bettor per block."""
     blocks = scores.reshape(-1, k).T  # (k, T / k): block b is column b
     return kt_aci(blocks, alpha, eps)[0].T.reshape(-1)
 
@@ -1080,7 +1112,8 @@ icmlbook.solution_check("restarted KT's worst local deviation / plain KT's",
 # Eq. 7 then holds for each of them, with $T/h$ in place of $T$, and the horizon's
 # miscoverage is the mean of theirs:
 # $$|\overline{\mathrm{err}}^{(h)}_T - \alpha| \le \max_r\,|\overline{\mathrm{err}}_r
-#   - \alpha| = O\Big(\sqrt{\tfrac{\log (T/h)}{T/h}}\Big) \xrightarrow[T\to\infty]{} 0 .$$
+#   - \alpha| = O\Big(\sqrt{\tfrac{\log (T/h)}{T/h}}\Big)
+#   \xrightarrow[T\to\infty]{} 0 .$$
 # The delay costs a factor of about $\sqrt h$ in the rate, nothing in the limit. With
 # the learners broadcasting over a last axis, the $h$ bettors are one call: reshape the
 # stream to $(T/h, h)$. The code runs horizons 1 to 5 on a fresh stream and compares
@@ -1089,7 +1122,7 @@ icmlbook.solution_check("restarted KT's worst local deviation / plain KT's",
 
 # %% tags=["solution", "hide-cell"]
 def kt_horizon(scores, alpha, h, eps=1.0):
-    """h interleaved KT bettors, bettor r on steps t = r mod h (len(scores) % h == 0)."""
+    """h interleaved KT bettors; bettor r takes the steps t = r mod h (h divides T)."""
     return kt_aci(scores.reshape(-1, h), alpha, eps)[0].reshape(-1)
 
 
