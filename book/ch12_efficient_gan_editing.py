@@ -36,9 +36,15 @@
 # by a simple search. (iii) Send to the teacher only a small, diverse subset of the
 # source images, picked by k-means.
 #
-# **The claim.** Per concept, a small fraction of the weights and of the data, and less
-# training time, reach the quality of fine-tuning the whole generator, and beat training
-# one from scratch. **What stands in for the paper, and what is ours.** The teacher is
+# **The claim.** In the abstract's words: a base GAN with generalized features is
+# "adaptable to different concepts through fine-tuning, eliminating the need for
+# training from scratch"; LoRA on crucial layers "with a simple yet effective rank
+# search process, rather than fine-tuning the entire base model", and "the minimal
+# amount of data necessary for fine-tuning", give "remarkably reduced training and
+# storage costs for each concept"; the project page adds that this fine-tunes "only
+# 1% weights with only portion of training data". The claims below test these three
+# headlines at toy scale, and the paper's verdict is given with them.
+# **What stands in for the paper, and what is ours.** The teacher is
 # not a diffusion model: it is an exact *procedural editor* on 8×8 procedurally drawn
 # RGB images (flips, a circular shift, inversion, gamma, a channel swap and
 # compositions of two of them). Its edits are exact and cheap, so this chapter tests
@@ -75,8 +81,8 @@ check_range("rank_tol", rank_tol, 0.0, 1.0)
 #
 # Everything runs on one CPU thread. The tier sets the fine-tuning steps per arm, the
 # length of the crucial-layer search and the number of held-out images. The full tier
-# doubles the fine-tuning steps and uses more test images; at seed 0 it also retrains
-# the shipped base model (below). Nothing in it needs a GPU.
+# doubles the fine-tuning steps, uses more test images and trains a base model of its
+# own for every seed (below). Nothing in it needs a GPU.
 
 # %%
 import copy
@@ -88,6 +94,7 @@ import matplotlib.pyplot as plt
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.utils.flop_counter import FlopCounterMode
 
 import icmlbook
 
@@ -99,7 +106,7 @@ cfg = run.pick(
                n_test=48, n_val=24, pool=32, widget_steps=1, bench_steps=1),
     default=dict(base_steps=4000, cached_base=True, ft_steps=100, search_steps=40,
                  n_test=400, n_val=200, pool=400, widget_steps=30, bench_steps=10),
-    full=dict(base_steps=4000, cached_base=True, ft_steps=200, search_steps=120,
+    full=dict(base_steps=4000, cached_base=False, ft_steps=200, search_steps=120,
               n_test=1000, n_val=400, pool=400, widget_steps=80, bench_steps=40),
 )
 N_SEL = min(n_pairs, cfg.pool)  # the smoke tier's pool is smaller
@@ -109,7 +116,9 @@ BATCH = 32
 L1_WEIGHT = 100.0  # lambda_L1 in Eq. 1 (pix2pix's value)
 ADV_WEIGHT = 1.0  # weight of the adversarial term in Eq. 1
 LR_BASE = 2e-3  # peak learning rate of the base model (one-cycle schedule)
-LR_FULL = (1e-3, 3e-3)  # scratch and full fine-tuning: the better one on validation
+LR_FULL = (3e-4, 1e-3, 3e-3)  # full fine-tuning: the best one on validation
+LR_SCRATCH = (3e-3, 1e-2, 3e-2)  # training from scratch: the best one on validation
+SCRATCH_X = 3  # training from scratch gets SCRATCH_X times the fine-tuning steps
 LR_LORA = 1e-2  # LoRA adapters (not tuned)
 RANKS = (1, 2, 4, 8)  # ranks the search tries, ascending
 SEARCH_RANK = 4  # rank of the per-group LoRA in the crucial-layer search
@@ -242,8 +251,10 @@ def teacher(x, c):
 
 # %%
 NAMES = tuple(PRIMITIVES)
+TOKEN_SEED = 1234  # the "text encoder": fixed, the same tokens for every seed
 TOKENS = F.normalize(torch.randn(len(NAMES) + 1, D_TEXT,
-                                 generator=torch.Generator().manual_seed(1234)), dim=-1)
+                                 generator=torch.Generator().manual_seed(TOKEN_SEED)),
+                     dim=-1)
 
 
 def embed(c):
@@ -541,24 +552,24 @@ def coverage(pool, idx):
 #
 # The base GAN is trained on the eight base concepts, with a fresh batch from the
 # teacher at every step. That is the slow part (several minutes on a busy 2-core CPU
-# at the full tier's `base_steps`), and the paper trains its base once for all future
-# concepts, so this book does the same: the full tier at seed 0 trains it and writes
-# `book/ch12_base_gan.pt` (0.15 MB), and the other runs load that file; every seed
-# then re-draws everything else (images, data pool, probe data, adapters). The smoke
-# tier trains a tiny base of its own. `icmlbook run 12 --tier full --seed 0`
-# regenerates the file (about ten minutes on a busy 2-core CPU).
+# at `base_steps`), and the paper trains its base once for all future concepts, so the
+# default tier does the same: it loads `book/ch12_base_gan.pt` (0.15 MB), a base
+# trained once with this chapter's `train_base` (4000 steps, at seed 0, with an
+# earlier seeding of its random numbers). Every default seed therefore starts from
+# the *same* base and re-draws everything else (images, data pool, probe data,
+# adapters, the arms from scratch). The full tier trains a base of its own for every
+# seed and writes it to the system's temporary folder (copy it next to the notebook
+# to replace the shipped one); the smoke tier trains a tiny one.
 
 # %%
-BASE_FILE = "ch12_base_gan.pt"  # next to this notebook
-BASE_SEED = 0  # the seed of the shipped base model
+BASE_FILE = "ch12_base_gan.pt"  # next to this notebook, shipped with the book
 
 
-def train_base(steps, base_seed):
-    """The base G and D, trained with Eq. 1 on the base concepts: (G, D, seconds)."""
-    torch.manual_seed(base_seed)
+def train_base(steps, gen):
+    """The base G and D, trained with Eq. 1 on the base concepts: (G, D, seconds).
+    Their initial weights come from the global generator (seed it first)."""
     G, D = Generator(), Discriminator()
-    g = torch.Generator().manual_seed(base_seed + 1)
-    seconds = train_gan(G, D, base_sampler(BASE_CONCEPTS), steps, LR_BASE, g)
+    seconds = train_gan(G, D, base_sampler(BASE_CONCEPTS), steps, LR_BASE, gen)
     return G, D, seconds
 
 
@@ -581,27 +592,29 @@ def load_base(path):
 
 # %%
 import os
+import tempfile
 
-gen = torch.Generator().manual_seed(seed)
-x_check = make_images(16, gen)
+x_check = make_images(16, run.generator("teacher check"))
 teacher_err = max(
     float((teacher(x_check, "flipV+invert") - (-x_check.flip(-2))).abs().max()),
     float((teacher(teacher(x_check, "flipH"), "flipH") - x_check).abs().max()),
     float((teacher(teacher(x_check, "invert"), "invert") - x_check).abs().max()))
-regenerate = tier == "full" and seed == BASE_SEED  # this run writes the file
-if cfg.cached_base and not regenerate and os.path.exists(BASE_FILE):
+if cfg.cached_base:
     G_base, D_base, base_steps = load_base(BASE_FILE)
     base_seconds = 0.0
-    print(f"loaded the base model ({base_steps} steps, seed {BASE_SEED}) from "
-          f"{BASE_FILE}")
+    print(f"loaded the shipped base model ({base_steps} steps) from {BASE_FILE}")
 else:
-    G_base, D_base, base_seconds = train_base(cfg.base_steps, seed)
+    run.reseed("base init")
+    G_base, D_base, base_seconds = train_base(cfg.base_steps,
+                                              run.generator("base batches"))
     base_steps = cfg.base_steps
-    if regenerate:
-        save_base(G_base, D_base, BASE_FILE, base_steps)
+    if tier == "full":
+        base_path = os.path.join(tempfile.gettempdir(), f"ch12_base_gan_s{seed}.pt")
+        save_base(G_base, D_base, base_path, base_steps)
+        print(f"trained a base model for this seed; saved to {base_path}")
 n_gen = trainable(G_base)
-test_x = make_images(cfg.n_test, torch.Generator().manual_seed(10_000 + seed))
-val_x = make_images(cfg.n_val, torch.Generator().manual_seed(20_000 + seed))
+test_x = make_images(cfg.n_test, run.generator("test images"))
+val_x = make_images(cfg.n_val, run.generator("validation images"))
 base_l1 = {c: held_out_l1(G_base, c, test_x) for c in BASE_CONCEPTS}
 zero_shot = {c: held_out_l1(G_base, c, test_x) for c in NEW_CONCEPTS}
 print(f"generator: {n_gen:,} parameters; base: {base_steps} steps "
@@ -619,9 +632,9 @@ print("new concepts zero-shot:     "
 # random. Coverage is how far a pool image lies from its nearest picked one.
 
 # %%
-pool = make_images(cfg.pool, gen)
-pick_km = kmeans_subset(pool, N_SEL, gen)
-pick_rand = torch.randperm(cfg.pool, generator=gen)[:N_SEL]
+pool = make_images(cfg.pool, run.generator("pool"))
+pick_km = kmeans_subset(pool, N_SEL, run.generator("k-means"))
+pick_rand = torch.randperm(cfg.pool, generator=run.generator("random subset"))[:N_SEL]
 cover_ratio = coverage(pool, pick_km) / coverage(pool, pick_rand)
 train_km, train_rand = pool[pick_km], pool[pick_rand]
 print(f"{N_SEL} of {cfg.pool} pool images; coverage k-means / random "
@@ -629,35 +642,38 @@ print(f"{N_SEL} of {cfg.pool} pool images; coverage k-means / random "
 
 
 # %% [markdown]
-# Every arm below sees the same minibatch order (its own generator, seeded alike), the
-# same pairs and the same number of steps. A transfer arm starts from the base
+# Every arm below sees the same minibatch order (the run's "minibatches" stream, drawn
+# afresh for each arm) and the same pairs. A transfer arm starts from the base
 # generator and a copy of the base discriminator; the arm from scratch starts from
-# fresh ones.
+# fresh ones (the run's "scratch init" stream). The budgets are stated plainly: LoRA
+# and full fine-tuning get `ft_steps` steps; training from scratch gets `SCRATCH_X`
+# times as many, since it starts from nothing, and the best of its own learning-rate
+# grid, whose middle value is the one that wins on most seeds. Each arm's learning rate
+# is picked on validation images.
 
 # %%
-def arm_gen():
-    return torch.Generator().manual_seed(seed + 100)
-
-
-def fine_tune_full(xs, c, lr, scratch=False):
+def fine_tune_full(xs, c, lr, steps, scratch=False):
     """Full fine-tuning of the base (or training from scratch): (G, seconds)."""
-    torch.manual_seed(seed + 200)
-    G, D = ((Generator(), Discriminator()) if scratch
-            else (copy.deepcopy(G_base), copy.deepcopy(D_base)))
-    return G, train_gan(G, D, pair_sampler(xs, c), cfg.ft_steps, lr, arm_gen())
+    if scratch:
+        run.reseed("scratch init")
+        G, D = Generator(), Discriminator()
+    else:
+        G, D = copy.deepcopy(G_base), copy.deepcopy(D_base)
+    return G, train_gan(G, D, pair_sampler(xs, c), steps, lr,
+                        run.generator("minibatches"))
 
 
 def fine_tune_lora(xs, c, layers, r, steps=None):
     """LoRA of rank r on the named layers of the frozen base: (G, seconds)."""
-    G = with_lora(G_base, layers, r, gen=torch.Generator().manual_seed(seed + 300))
+    G = with_lora(G_base, layers, r, gen=run.generator("lora init"))
     seconds = train_gan(G, copy.deepcopy(D_base), pair_sampler(xs, c),
-                        steps or cfg.ft_steps, LR_LORA, arm_gen())
+                        steps or cfg.ft_steps, LR_LORA, run.generator("minibatches"))
     return G, seconds
 
 
-def tuned_full(xs, c, scratch=False):
-    """The better learning rate of LR_FULL on validation images: (G, seconds, lr)."""
-    runs = [(*fine_tune_full(xs, c, lr, scratch), lr) for lr in LR_FULL]
+def tuned(xs, c, lrs, steps, scratch=False):
+    """The best learning rate of lrs on validation images: (G, seconds, lr)."""
+    runs = [(*fine_tune_full(xs, c, lr, steps, scratch), lr) for lr in lrs]
     return min(runs, key=lambda t: held_out_l1(t[0], c, val_x))
 
 
@@ -668,7 +684,7 @@ def tuned_full(xs, c, scratch=False):
 # layer group alone gets rank-4 LoRA for `search_steps` steps.
 
 # %%
-probe_x = make_images(N_SEL, gen)
+probe_x = make_images(N_SEL, run.generator("probe images"))
 probe_zero = held_out_l1(G_base, PROBE, val_x)
 group_score, group_gain = {}, {}
 for g_name, layers in icmlbook.progress(LAYER_GROUPS.items(), desc="layer search"):
@@ -690,8 +706,8 @@ print("crucial:", " + ".join(crucial_groups))
 #
 # LoRA on the crucial layers at each rank, on the k-means pairs of the target concept;
 # the rank is chosen on validation images, and all quality numbers below are on the
-# held-out test images. Full fine-tuning and training from scratch each get the better
-# of two learning rates on the same validation images.
+# held-out test images. Full fine-tuning and training from scratch each get the best
+# of three learning rates on the same validation images.
 
 # %%
 lora_runs = {r: fine_tune_lora(train_km, concept, CRUCIAL, r) for r in RANKS}
@@ -699,8 +715,9 @@ val_by_rank = {r: held_out_l1(G, concept, val_x) for r, (G, _) in lora_runs.item
 best_val = min(val_by_rank.values())
 r_star = min(r for r in RANKS if val_by_rank[r] <= (1 + rank_tol) * best_val)  # Eq. 5
 G_lora, lora_seconds = lora_runs[r_star]
-G_full, full_seconds, lr_full = tuned_full(train_km, concept)
-G_scratch, scratch_seconds, lr_scratch = tuned_full(train_km, concept, scratch=True)
+G_full, full_seconds, lr_full = tuned(train_km, concept, LR_FULL, cfg.ft_steps)
+G_scratch, scratch_seconds, lr_scratch = tuned(train_km, concept, LR_SCRATCH,
+                                               SCRATCH_X * cfg.ft_steps, scratch=True)
 p_crucial = lora_count(G_base, CRUCIAL, r_star)
 r_else = max([r for r in range(1, 65) if lora_count(G_base, ELSEWHERE, r) <= p_crucial]
              or [1])
@@ -709,7 +726,8 @@ G_rand, _ = fine_tune_lora(train_rand, concept, CRUCIAL, r_star)
 print("rank search, validation L1: "
       + ", ".join(f"r={r} {v:.4f}" for r, v in val_by_rank.items())
       + f" -> r* = {r_star}")
-print(f"learning rates: full fine-tune {lr_full:g}, from scratch {lr_scratch:g}")
+print(f"learning rates: full fine-tune {lr_full:g} of {LR_FULL}, from scratch "
+      f"{lr_scratch:g} of {LR_SCRATCH} ({SCRATCH_X * cfg.ft_steps} steps)")
 
 # %% [markdown]
 # ### Quality against trainable parameters and time
@@ -736,19 +754,58 @@ print(f"LoRA elsewhere: rank {r_else} on "
       + ", ".join(ranked[-N_CRUCIAL:]))
 
 # %% [markdown]
-# Time: the seconds each arm took are noisy on a shared machine, so the claim below
-# uses the CPU time of this process per step: LoRA at rank $r^\star$ and full
-# fine-tuning run `bench_steps` steps in turn, five times each, and the ratio is that
-# of their medians (interleaving cancels slow drifts of a busy machine). LoRA saves the
-# backward pass below the first adapted layer and the optimiser work on all frozen
-# weights.
+# ### How much the number of pairs matters
+#
+# The comparison with training from scratch depends on how many pairs there are: with
+# few pairs a network from scratch overfits them, with many it can learn the edit
+# itself. The same two arms again, on *every* image of the pool (`pool` pairs instead
+# of `n_pairs`), with the learning rate each picked above:
 
 # %%
+G_lora_all, _ = fine_tune_lora(pool, concept, CRUCIAL, r_star)
+G_scratch_all, _ = fine_tune_full(pool, concept, lr_scratch, SCRATCH_X * cfg.ft_steps,
+                                  scratch=True)
+l1_lora_all = held_out_l1(G_lora_all, concept, test_x)
+l1_scratch_all = held_out_l1(G_scratch_all, concept, test_x)
+vs_scratch_all = l1_lora_all / l1_scratch_all
+subset_vs_all = quality["LoRA on crucial layers"] / l1_lora_all
+print(f"{cfg.pool} pairs: LoRA {l1_lora_all:.4f}, from scratch {l1_scratch_all:.4f} "
+      f"(ratio {vs_scratch_all:.3f}; with {N_SEL} pairs "
+      f"{quality['LoRA on crucial layers'] / quality['from scratch']:.3f}); LoRA on "
+      f"{N_SEL} k-means pairs / on all {cfg.pool}: {subset_vs_all:.3f}")
+
+# %% [markdown]
+# Training cost. Seconds are noisy on a shared machine (two runs of the same seed
+# differ in the second digit), so the claim counts work instead: the floating-point
+# operations of one training step (forward and backward of generator and
+# discriminator, as torch's `FlopCounterMode` counts matrix products and
+# convolutions), for LoRA at rank $r^\star$ and for full fine-tuning. LoRA skips the
+# weight gradients of every frozen layer and the backward pass below the first adapted
+# layer, but adds its own small products. The count depends only on the layers and the
+# rank, not on the machine. The CPU time per step is measured too and recorded as a
+# finding: LoRA and full fine-tuning run `bench_steps` steps in turn, five times each,
+# and the ratio is that of their medians.
+
+# %%
+def flops_per_step(G, D):
+    """Floating-point operations of one training step of Eq. 1 (G and D)."""
+    with FlopCounterMode(display=False) as counter:
+        train_gan(G, D, pair_sampler(train_km, concept), 1, 1e-3,
+                  run.generator("minibatches"))
+    return counter.get_total_flops()
+
+
+flops_lora = flops_per_step(with_lora(G_base, CRUCIAL, r_star), copy.deepcopy(D_base))
+flops_full = flops_per_step(copy.deepcopy(G_base), copy.deepcopy(D_base))
+flop_ratio = flops_lora / flops_full
+
+
 def cpu_seconds_per_step(make):
     """CPU seconds per training step of one short run of a fresh (G, D) = make()."""
     G, D = make()
     t0 = time.process_time()
-    train_gan(G, D, pair_sampler(train_km, concept), cfg.bench_steps, 1e-3, arm_gen())
+    train_gan(G, D, pair_sampler(train_km, concept), cfg.bench_steps, 1e-3,
+              run.generator("minibatches"))
     return (time.process_time() - t0) / cfg.bench_steps
 
 
@@ -760,9 +817,11 @@ for _ in range(5):
         lambda: (copy.deepcopy(G_base), copy.deepcopy(D_base))))
 step_lora, step_full = (float(np.median(timings[k])) for k in ("lora", "full"))
 time_ratio = step_lora / step_full
+print(f"FLOPs per step: LoRA {flops_lora / 1e6:.2f} M, full {flops_full / 1e6:.2f} M "
+      f"(ratio {flop_ratio:.3f})")
 print(f"CPU ms per step: LoRA {1e3 * step_lora:.1f}, full {1e3 * step_full:.1f} "
       f"(ratio {time_ratio:.2f}); wall s per arm: LoRA {lora_seconds:.1f}, full "
-      f"{full_seconds:.1f}, scratch {scratch_seconds:.1f}")
+      f"{full_seconds:.1f}, scratch {scratch_seconds:.1f} ({SCRATCH_X}x the steps)")
 
 # %% [markdown]
 # ### What must hold if the code is right
@@ -776,7 +835,7 @@ print(f"CPU ms per step: LoRA {1e3 * step_lora:.1f}, full {1e3 * step_full:.1f} 
 # %%
 with torch.no_grad():
     e_t = embed(concept).expand(len(test_x), -1, -1)
-    fresh = with_lora(G_base, CRUCIAL + ELSEWHERE, 4, gen=torch.Generator())
+    fresh = with_lora(G_base, CRUCIAL + ELSEWHERE, 4, gen=run.generator("lora init"))
     frozen = copy.deepcopy(G_base).requires_grad_(False)
     init_err = float((fresh(test_x, e_t) - frozen(test_x, e_t)).abs().max())
     merge_err = float((merge_lora(G_lora)(test_x, e_t) - G_lora(test_x, e_t))
@@ -789,23 +848,26 @@ print(f"B = 0: max |LoRA - base| = {init_err:.1e}; merged vs unmerged "
 # %% [markdown]
 # ## Claims
 #
-# The thresholds were fixed on seeds 0-1 of a first run of this design, before the
-# sweep over seeds 0-9; each line says what it was calibrated on. Paper claims first,
-# each against a baseline or an ablation, then checks. Changed after a failure: the
-# crucial layers against adapters elsewhere was first a paper claim (L1 ratio <= 0.97);
-# it fell short on both of those seeds, and is now a reported result (below). The time
-# claim's bar was 0.9, which seed 0 of the first sweep missed (with a single
-# best-of-three timing on a busy machine): the bar is now the paper's "less time", 1.0,
-# and the timing interleaves five runs of each and compares medians. That the search
-# picks a small rank is a check: it tells whether the search works, not whether a
-# small rank is enough, which the claim against the largest rank measures.
+# Paper claims first, each against a baseline or an ablation, then checks, then
+# findings: what the paper states and this book measures without claiming it. Every
+# threshold was set on the calibration seeds 0-9 (or before any run, where its line
+# says so) and frozen before the confirmation seeds 10-19 were run. Changed after a
+# failure: the cost claim's bar was 0.9 on the CPU time per step, which one seed of
+# an early sweep missed; the bar became the paper's "less", 1.0, and the statistic is
+# now the operation count of a step, which does not depend on how busy the machine
+# is. The crucial layers against adapters elsewhere was first a paper claim, which
+# failed on the first seeds run; it is now a finding. Two claims are weaker than the
+# paper's words and say so in their strength: LoRA is *no worse than* full
+# fine-tuning up to a tolerance (the paper: comparable quality), and the smallest rank
+# is no worse than the largest up to a tolerance. That the rank search picks a small
+# rank is a check (it tells whether the search works), not evidence.
 
 # %% tags=["thresholds"]
-C_VS_FULL = 1.15  # L1 LoRA(r*) / full fine-tune, set a priori; first run 1.06-1.07
-C_VS_SCRATCH = 0.85  # L1 LoRA(r*) / from scratch, 40 pairs; first run 0.73-0.76
-C_RANK_LOSS = 1.12  # test L1 at r* / rank 8: delta = 0.1 on validation + test noise
-C_RANK = 4  # r* <= 4 of ranks 1-8; first run picked 1
-C_TIME = 1.0  # CPU per step LoRA / full: "less time"; first run 0.73-0.77, 0.92
+C_VS_FULL = 1.15  # L1 LoRA(r*) / full fine-tune: "comparable" within 15 %, a priori
+C_VS_SCRATCH = 0.95  # L1 LoRA(r*) / scratch with 3x steps; calibrated on seeds 0-9
+C_RANK_LOSS = 1.12  # test L1 rank 1 / rank 8: rank_tol 0.1 + test noise; seeds 0-9
+C_FLOPS = 1.0  # operations per step LoRA / full: "less"; was a CPU-time bar of 0.9
+C_RANK = 4  # r* <= 4 of ranks 1-8 (a check); r* was 1 on every seed of 0-9
 C_FRACTION = 0.10  # trainable share of LoRA(r*) in G (the paper: about 1 %)
 C_BASE = 0.2  # mean held-out L1 of the base on its concepts; the shipped base 0.13
 C_INIT = 0.0  # B = 0: the adapted generator equals the base exactly
@@ -813,24 +875,30 @@ C_MERGE = 1e-5  # merged vs unmerged outputs, float32 rounding
 C_COUNT = 0  # Eq. 3 against the counted trainable parameters
 C_TEACHER = 0.0  # composition and involutions of the teacher, exact
 C_COVER = 1.0  # coverage k-means / random: k-means covers the pool better
+# the paper's verdict follows icmlbook.verdicts' rule, fixed before the final sweep
 
 # %%
 l1_lora, l1_full = quality["LoRA on crucial layers"], quality["full fine-tune"]
 run.claim("LoRA(r*) vs full fine-tune: L1 ratio", l1_lora / l1_full, "<=", C_VS_FULL,
           "LoRA on the crucial layers at the searched rank comes close to fine-tuning "
           "the whole generator", versus="baseline",
-          against="full fine-tune of the base, same pairs, steps and tuned lr")
-run.claim("LoRA(r*) vs from scratch: L1 ratio", l1_lora / quality["from scratch"],
-          "<=", C_VS_SCRATCH, "With little data and few steps, the base beats "
-          "training a GAN from scratch", versus="baseline",
-          against="pix2pix-style training from scratch, same pairs, steps, tuned lr")
-run.claim("rank search: L1 at r* / at the largest rank",
-          test_by_rank[r_star] / test_by_rank[max(RANKS)], "<=", C_RANK_LOSS,
-          "The searched rank loses little against the largest rank", versus="ablation",
-          against="LoRA at the largest rank searched (8), same layers")
-run.claim("LoRA vs full: CPU time per step", time_ratio, "<=", C_TIME,
-          "A LoRA step costs less than a full fine-tuning step", versus="baseline",
-          against="full fine-tune step, same batch")
+          against="full fine-tune of the base, same pairs, steps and tuned lr",
+          strength="non-inferiority", provenance="a priori", strict=1.0)
+run.claim("LoRA(r*) vs from scratch (3x steps): L1 ratio",
+          l1_lora / quality["from scratch"], "<=", C_VS_SCRATCH,
+          "Fine-tuning the base beats training a GAN from scratch, even with three "
+          "times the steps", versus="baseline",
+          against="pix2pix-style training from scratch, same pairs, 3x the steps, "
+                  "tuned lr", strength="superiority", provenance="calibrated")
+run.claim("rank 1 vs rank 8: L1 ratio", test_by_rank[min(RANKS)] / test_by_rank[
+          max(RANKS)], "<=", C_RANK_LOSS, "The smallest rank searched loses little "
+          "against the largest", versus="ablation",
+          against="LoRA at the largest rank searched (8), same layers",
+          strength="non-inferiority", provenance="calibrated", strict=1.0)
+run.claim("LoRA(r*) vs full: operations per step", flop_ratio, "<=", C_FLOPS,
+          "A LoRA training step costs less than a full fine-tuning step",
+          versus="baseline", against="full fine-tune step, same batch",
+          strength="superiority", provenance="changed after failure")
 run.check("rank search: r*", r_star, "<=", C_RANK, "the rank search picks a small rank")
 run.check("trainable share of LoRA(r*)", p_crucial / n_gen, "<=", C_FRACTION,
           "the adapters are a small fraction of the generator")
@@ -846,15 +914,57 @@ run.check("teacher: composition and involutions", teacher_err, "<=", C_TEACHER,
           "the editor's premises")
 run.check("coverage k-means / random", cover_ratio, "<=", C_COVER,
           "the k-means subset spreads over the pool")
+crucial_vs_else = l1_lora / quality["LoRA elsewhere"]
+km_vs_rand = l1_lora / quality["LoRA, random subset"]
+run.finding("LoRA vs from scratch, whole pool: L1 ratio", vs_scratch_all, "<=", 1.0,
+            paper="a base model adaptable through fine-tuning eliminates the need for "
+                  "training from scratch", shows="with ten times the pairs, whether "
+                  "the base still beats a GAN trained from scratch")
+run.finding("crucial vs lowest-scoring groups: L1 ratio", crucial_vs_else, "<=", 1.0,
+            paper="LoRA on the crucial layers", shows="the crucial groups against "
+            "the two lowest-scoring ones at no more parameters, a comparison chosen "
+            "after the registered one (against all other groups) failed")
+run.finding("trainable share vs the paper's 1 %", p_crucial / n_gen, "<=", 0.01,
+            paper="fine-tuning only 1% weights (project page)", shows="the share "
+                  "of a 23 k-parameter generator that rank-1 adapters on two groups "
+                  "train")
+run.finding("k-means vs random subset: L1 ratio", km_vs_rand, "<=", 1.0,
+            paper="a small subset chosen by clustering suffices", shows="whether "
+            "k-means pairs train better than as many random ones")
+run.finding("k-means subset vs whole pool: L1 ratio", subset_vs_all, "<=", C_VS_FULL,
+            paper="the minimal amount of data necessary for fine-tuning", shows="LoRA "
+            "on one tenth of the pool against LoRA on all of it, within the tolerance "
+            "of the claim against full fine-tuning")
+run.finding("LoRA vs full: CPU time per step", time_ratio, "<=", 1.0,
+            paper="remarkably reduced training costs", shows="the measured CPU time "
+            "of a step, which varies from run to run on a shared machine")
+run.headline("no training from scratch", "a base GAN model with generalized features, "
+             "adaptable to different concepts through fine-tuning, eliminating the need "
+             "for training from scratch", "Abstract",
+             claims=["LoRA(r*) vs from scratch (3x steps): L1 ratio"],
+             findings=["LoRA vs from scratch, whole pool: L1 ratio"])
+run.headline("LoRA on crucial layers with a rank search", "LoRA on crucial layers "
+             "with a simple yet effective rank search process, rather than fine-tuning "
+             "the entire base model; only 1% of the weights fine-tuned, with remarkably "
+             "reduced training and storage costs", "Abstract; project page, Fig. 1",
+             claims=["LoRA(r*) vs full fine-tune: L1 ratio", "rank 1 vs rank 8: L1 ratio",
+                     "LoRA(r*) vs full: operations per step"],
+             findings=["crucial vs lowest-scoring groups: L1 ratio",
+                       "trainable share vs the paper's 1 %",
+                       "LoRA vs full: CPU time per step"])
+run.headline("minimal data", "the minimal amount of data necessary for fine-tuning, "
+             "further reducing the overall training time", "Abstract",
+             findings=["k-means vs random subset: L1 ratio",
+                       "k-means subset vs whole pool: L1 ratio"])
 run.metric("quality", quality)
 run.metric("params", params)
 run.metric("test_by_rank", test_by_rank)
 run.metric("val_by_rank", val_by_rank)
 run.metric("crucial_groups", crucial_groups)
 run.metric("group_score", group_score)
-run.metric("crucial_vs_elsewhere", l1_lora / quality["LoRA elsewhere"])
-run.metric("kmeans_vs_random", quality["LoRA on crucial layers"]
-           / quality["LoRA, random subset"])
+run.metric("learning_rates", dict(full=lr_full, scratch=lr_scratch))
+run.metric("whole_pool", dict(lora=l1_lora_all, scratch=l1_scratch_all))
+run.metric("flops", dict(lora=flops_lora, full=flops_full))
 run.metric("zero_shot_vs_lora", zero_shot[concept] / l1_lora)
 run.metric("seconds", dict(base=base_seconds, lora=lora_seconds, full=full_seconds,
                            scratch=scratch_seconds));
@@ -866,46 +976,39 @@ run.verdict()
 # %% [markdown]
 # ## Across seeds
 #
-# One run is one seed: a fresh base model, fresh images, a fresh data pool and fresh
-# adapters. The table and strip plot below read this chapter's results file, made by
-# `icmlbook sweep 12 --seeds 0-9 --update-results`: every claim and check over seeds
-# 0-9 at the default tier, with the number of seeds on which it holds and its worst
-# margin.
+# One run is one seed: fresh images, a fresh data pool, fresh probe data, fresh
+# adapters and fresh arms from scratch, but the *same* shipped base model, trained
+# once; the spread below therefore leaves out how much the base itself varies from one
+# training to the next. The table and strip plot read this chapter's results file,
+# made by `icmlbook sweep 12 --seeds 0-19 --update-results`: every claim, check and
+# finding over the calibration seeds 0-9 and, apart, the confirmation seeds 10-19, run
+# once after the thresholds were frozen, at the default tier, with the number of seeds
+# on which each holds and its worst margin.
 
 # %%
 across = icmlbook.across_seeds(run)
 
 # %% [markdown]
-# ### Reported, not claimed: crucial layers against adapters elsewhere, and k-means
+# ### What did not reproduce, and what is only reported
 #
-# The paper's ablation of the crucial layers: LoRA on the two groups that scored
-# lowest in the search, at the largest rank whose adapters are no larger than the
-# crucial ones (rank 1 if even that is larger, which favours the ablation). And the
-# same LoRA on the crucial layers, trained on `n_pairs` pairs picked at random
-# instead of by k-means:
+# The findings above, once more with the numbers they compare: the crucial layers
+# against the two groups that scored lowest in the search (at the largest rank whose
+# adapters are no larger than the crucial ones; rank 1 if even that is larger, which
+# favours the ablation), k-means against random pairs, and the two arms on the whole
+# pool.
 
 # %%
-crucial_vs_else = l1_lora / quality["LoRA elsewhere"]
-km_vs_rand = l1_lora / quality["LoRA, random subset"]
-print(f"L1 crucial / elsewhere: {crucial_vs_else:.3f} with {params['LoRA elsewhere']}"
-      f" vs {p_crucial} parameters; L1 k-means subset / random subset: "
-      f"{km_vs_rand:.3f}; zero-shot base / LoRA: {zero_shot[concept] / l1_lora:.2f}")
+print(f"L1 crucial / lowest-scoring groups: {crucial_vs_else:.3f} with "
+      f"{params['LoRA elsewhere']} vs {p_crucial} parameters")
+print(f"L1 k-means subset / random subset: {km_vs_rand:.3f}; k-means subset / whole "
+      f"pool: {subset_vs_all:.3f}")
+print(f"LoRA / from scratch: {l1_lora / quality['from scratch']:.3f} on {N_SEL} pairs, "
+      f"{vs_scratch_all:.3f} on {cfg.pool}")
+print(f"trainable share of LoRA(r*): {p_crucial / n_gen:.2%}; zero-shot base / LoRA: "
+      f"{zero_shot[concept] / l1_lora:.2f}")
 
 # %% [markdown]
-# Neither is claimed. A ratio below 1 favours the crucial layers (or k-means). The
-# crucial-layer comparison was registered as a paper claim (ratio <= 0.97) against
-# adapters on *all* the other groups, and failed on the first two seeds we ran (four
-# groups at rank 1 have more parameters than two crucial groups at the searched rank,
-# and caught up). Against the two lowest-scoring groups, as here,
-# the crucial layers came out ahead on every seed of the sweep (the
-# `crucial_vs_elsewhere` metric of the run record), but that comparison was chosen
-# after the registered one failed, so it is reported and not claimed. The search's gains
-# per parameter differ by less than a factor of three between groups: on this small
-# generator every group, given adapters, buys a similar drop in error. The k-means
-# subset covers the pool better (a check above) but trains no better than a random
-# one: with exact, noise-free teacher pairs, forty random images already cover the
-# pool well enough. The paper's argument for k-means is cost: each pair is a diffusion
-# run, and fewer, more diverse pairs cost less.
+# FINDINGS_PROSE
 
 # %% [markdown]
 # ## Figures
@@ -1026,7 +1129,7 @@ import ipywidgets as W
 @functools.lru_cache(maxsize=16)
 def widget_pairs(n, rule):
     """The pool images the teacher edits: n of them, by k-means or at random."""
-    g = torch.Generator().manual_seed(seed + 41)
+    g = run.generator("widget subset")
     idx = (kmeans_subset(pool, n, g) if rule == "k-means"
            else torch.randperm(len(pool), generator=g)[:n])
     return pool[idx]
