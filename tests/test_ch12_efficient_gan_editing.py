@@ -1,7 +1,6 @@
 """Chapter 12: the teacher, LoRA (exact start, merge, Eq. 3, conv reshapes), k-means
 selection, the base model's file, and paper claims that fail for broken variants."""
 import copy
-import time
 
 import pytest
 import torch
