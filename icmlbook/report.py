@@ -16,9 +16,10 @@ from pathlib import Path
 from typing import Any
 
 from icmlbook.chapters import Chapter, list_chapters
-from icmlbook.results import (CALIBRATION_SEEDS, CONFIRMATION_SEEDS, RESULTS_TIER, _read_rows,
+from icmlbook.results import (RESULTS_TIER, _read_rows,
                               is_current, margin, percent, read_results, read_sidecar,
                               summary, verdict_across)
+from icmlbook.tiers import CALIBRATION_SEEDS, CONFIRMATION_SEEDS
 from icmlbook.verdicts import LADDER
 
 PAGE = Path("book") / "reproduction.md"

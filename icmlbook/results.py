@@ -15,13 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from icmlbook.chapters import Chapter
-from icmlbook.tiers import RULES
+from icmlbook.tiers import CALIBRATION_SEEDS, COMMITTED_TIER, CONFIRMATION_SEEDS, RULES
 
-RESULTS_TIER = "default"
-CALIBRATION_SEEDS = tuple(range(10))
-CONFIRMATION_SEEDS = tuple(range(10, 20))
-RESULTS_SEEDS = CALIBRATION_SEEDS
-"""The seeds every results file holds (the confirmation seeds come on top)."""
+RESULTS_TIER = COMMITTED_TIER
 SPLITS = {"calibration": CALIBRATION_SEEDS, "confirmation": CONFIRMATION_SEEDS}
 COLUMNS = ["seed", "split", "kind", "versus", "name", "value", "op", "threshold", "passed",
            "strength", "provenance", "strict", "strict_passed", "seconds", "peak_mb",
@@ -163,7 +159,7 @@ def summary_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         stricts = [bool(r["strict_passed"]) for r in g if r["strict_passed"] in (True, False)]
         row["strict"] = f"{sum(stricts)}/{len(stricts)}" if stricts else "-"
         out.append(row)
-    order = {"paper": 0, "check": 1, "unsorted": 2, "finding": 3}
+    order = {"paper": 0, "check": 1, "finding": 2}
     return sorted(out, key=lambda row: order[row["kind"]])  # sorted() is stable
 
 
