@@ -98,8 +98,9 @@ check_range("value", value, 0.0, 10.0)
 import icmlbook
 
 run = icmlbook.start("05_conformal_betting", tier=tier, seed=seed, torch=False)
-run.claim("value is small", value, "<=", 1.0, "a claim that fails for value > 1")
-run.claim("value is positive", value, ">", 0.0, "a claim that holds")
+run.claim("value is small", value, "<=", 1.0, "a claim that fails for value > 1",
+          versus="ablation", against="a larger value")
+run.check("value is positive", value, ">", 0.0, "a claim that holds")
 
 # %%
 # NBVAL_CHECK_OUTPUT
