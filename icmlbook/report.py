@@ -43,8 +43,9 @@ def verdicts(root: str | Path | None = None) -> dict[str, dict[str, Any] | None]
 def render(root: str | Path | None = None) -> str:
     """The report's Markdown, from the results files of the chapters in ``_toc.yml``."""
     chapters = list_chapters(root)
-    swept = [(c, df) for c in chapters if (df := read_results(c)) is not None]
-    missing = [c for c in chapters if read_results(c) is None]
+    frames = {c.number: read_results(c) for c in chapters}
+    swept = [(c, frames[c.number]) for c in chapters if frames[c.number] is not None]
+    missing = [c for c in chapters if frames[c.number] is None]
     tables = {c.number: summary(df) for c, df in swept}
     metas = {c.number: read_sidecar(c) for c, _ in swept}
     verdict = {c.number: verdict_across(df.to_dict("records"), metas[c.number])

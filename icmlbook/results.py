@@ -168,7 +168,7 @@ def verdict_across(rows: list[dict[str, Any]], meta: dict[str, Any] | None
     """The paper's verdict over every seed of a results file, by the rule of
     :mod:`icmlbook.verdicts`: a claim counts as holding if it holds on every seed, a
     finding as the paper's way if on every seed, against it if on none."""
-    from icmlbook.verdicts import combine, grade, weak
+    from icmlbook.verdicts import grade_all, weak
 
     if not meta or not meta.get("headlines"):
         return None
@@ -181,9 +181,7 @@ def verdict_across(rows: list[dict[str, Any]], meta: dict[str, Any] | None
             findings[name] = True if n_ok == len(g) else False if n_ok == 0 else None
         elif g[0]["kind"] == "paper":
             claims[name] = {"passed": n_ok == len(g), "weak": weak(g[0])}
-    graded = [(h["name"], *grade(h, claims, findings)) for h in meta["headlines"]]
-    return {"paper": combine(v for _, v, _ in graded),
-            "headlines": [{"name": n, "verdict": v, "reason": r} for n, v, r in graded]}
+    return grade_all(meta["headlines"], claims, findings)
 
 
 def _median(values: list[float]) -> float:
@@ -263,9 +261,9 @@ def across_seeds(run: Any, root: str | Path | None = None) -> list[dict[str, Any
         print(f"(the strip plot of these values is drawn at the {RESULTS_TIER} tier)")
     verdict = verdict_across(rows, read_sidecar(chapter))
     if verdict:
-        print(f"The paper's verdict over these seeds: {verdict['paper'].upper()}")
-        for h in verdict["headlines"]:
-            print(f"  {h['name']}: {h['verdict']} ({h['reason']})")
+        from icmlbook.verdicts import verdict_lines
+
+        print("\n".join(verdict_lines(verdict, "The paper's verdict over these seeds")))
     return table
 
 

@@ -132,19 +132,29 @@ def combine(verdicts: Iterable[str]) -> str:
     return "partly"
 
 
-def _run_status(claims: Iterable[Any], findings: Iterable[Finding]
-                ) -> tuple[dict[str, dict], dict[str, bool | None]]:
-    cs = {c.name: {"passed": c.passed, "weak": weak(c)} for c in claims if c.kind == "paper"}
-    return cs, {f.name: f.holds for f in findings}
+def grade_all(headlines: Iterable[Headline | dict], claims: dict[str, dict],
+              findings: dict[str, bool | None]) -> dict[str, Any]:
+    """Each headline's (verdict, reason) by :func:`grade`, and the paper's by
+    :func:`combine`: the one assembly behind a run's verdict and a results file's."""
+    graded = []
+    for h in headlines:
+        name = h["name"] if isinstance(h, dict) else h.name
+        graded.append((name, *grade(h, claims, findings)))
+    return {"paper": combine(v for _, v, _ in graded),
+            "headlines": [{"name": n, "verdict": v, "reason": r} for n, v, r in graded]}
+
+
+def verdict_lines(v: dict[str, Any], title: str) -> list[str]:
+    """The verdict as printed text: the paper's on one line, each headline below."""
+    return [f"{title}: {v['paper'].upper()}",
+            *(f"  {h['name']}: {h['verdict']} ({h['reason']})" for h in v["headlines"])]
 
 
 def paper_verdict(headlines: list[Headline], claims: Iterable[Any],
                   findings: Iterable[Finding]) -> dict[str, Any]:
     """The verdict of one run: each headline's grade and the paper's."""
-    cs, fs = _run_status(claims, findings)
-    graded = [(h.name, *grade(h, cs, fs)) for h in headlines]
-    return {"paper": combine(v for _, v, _ in graded),
-            "headlines": [{"name": n, "verdict": v, "reason": r} for n, v, r in graded]}
+    cs = {c.name: {"passed": c.passed, "weak": weak(c)} for c in claims if c.kind == "paper"}
+    return grade_all(headlines, cs, {f.name: f.holds for f in findings})
 
 
 def print_verdict(headlines: list[Headline], claims: list[Any], findings: list[Finding]
@@ -159,6 +169,4 @@ def print_verdict(headlines: list[Headline], claims: list[Any], findings: list[F
             print(f"  {f.name:<{width}}  paper: {f.op} {f.reference:.10g}  {way}")
     if headlines:
         v = paper_verdict(headlines, claims, findings)
-        print(f"the paper's verdict on this run: {v['paper'].upper()}")
-        for h in v["headlines"]:
-            print(f"  {h['name']}: {h['verdict']} ({h['reason']})")
+        print("\n".join(verdict_lines(v, "the paper's verdict on this run")))
