@@ -892,11 +892,11 @@ print(f"B = 0: max |LoRA - base| = {init_err:.1e}; merged vs unmerged "
 # Paper claims first, each against a baseline or an ablation, then checks, then
 # findings: what the paper states and this book measures without claiming it. Every
 # threshold was set on the calibration seeds 0-9 (or before any run, where its line
-# says so) and frozen before the confirmation seeds 10-19 were run. Changed after a
-# failure: the cost claim's bar was 0.9 on the CPU time per step, which one seed of
-# an early sweep missed; the bar became the paper's "less", 1.0, and the statistic is
-# now the operation count of a step, which does not depend on how busy the machine
-# is. The crucial layers against adapters elsewhere was first a paper claim, which
+# says so) and frozen before the confirmation seeds 10-19 were run. The training cost
+# was first a paper claim on the CPU time per step (bar 0.9), which one seed of an
+# early sweep missed; the CPU time is now a finding, and the operation count of a
+# step, fixed by the architecture and the searched rank, is a check, not evidence.
+# The crucial layers against adapters elsewhere was first a paper claim, which
 # failed on the first seeds run; it is now a finding. Two claims are weaker than the
 # paper's words and say so in their strength: LoRA is *no worse than* full
 # fine-tuning up to a tolerance (the paper: comparable quality), and the smallest rank
@@ -912,7 +912,9 @@ print(f"B = 0: max |LoRA - base| = {init_err:.1e}; merged vs unmerged "
 C_VS_FULL = 1.15  # L1 LoRA(r*) / full fine-tune, "comparable" within 15 %: a priori
 C_VS_SCRATCH = 0.95  # L1 LoRA(r*) / scratch with 3x steps; seeds 0-9: 0.80-0.88
 C_RANK_LOSS = 1.15  # L1 rank 1 / rank 8, the tolerance of C_VS_FULL; was 1.12 (above)
-C_FLOPS = 1.0  # operations per step LoRA / full: "less"; was a CPU-time bar of 0.9
+# operations per step LoRA / full: a count fixed by the architecture and r*, so a
+# check (the training cost itself is the CPU-time finding); was a CPU-time bar of 0.9
+C_FLOPS = 1.0
 C_RANK = 4  # r* <= 4 of ranks 1-8 (a check); r* was 1 on every seed of 0-9
 C_FRACTION = 0.10  # trainable share of LoRA(r*) in G (the paper: about 1 %)
 C_BASE = 0.2  # mean held-out L1 of the base on its concepts; the shipped base 0.13
@@ -941,10 +943,8 @@ run.claim("rank 1 vs rank 8: L1 ratio", mean_by_rank[min(RANKS)] / mean_by_rank[
           "against the largest", versus="ablation",
           against="LoRA at the largest rank searched (8), same layers",
           strength="non-inferiority", provenance="calibrated", strict=1.0)
-run.claim("LoRA(r*) vs full: operations per step", flop_ratio, "<=", C_FLOPS,
-          "A LoRA training step costs less than a full fine-tuning step",
-          versus="baseline", against="full fine-tune step, same batch",
-          strength="superiority", provenance="changed after failure")
+run.check("LoRA(r*) vs full: operations per step", flop_ratio, "<=", C_FLOPS,
+          "a LoRA training step counts fewer operations than a full fine-tuning step")
 run.check("rank search: r*", r_star, "<=", C_RANK, "the rank search picks a small rank")
 run.check("trainable share of LoRA(r*)", p_crucial / n_gen, "<=", C_FRACTION,
           "the adapters are a small fraction of the generator")
@@ -995,8 +995,7 @@ run.headline("LoRA on crucial layers with a rank search", "LoRA on crucial layer
              "with remarkably reduced training and storage costs",
              "Abstract; project page, overview figure",
              claims=["LoRA(r*) vs full fine-tune: L1 ratio",
-                     "rank 1 vs rank 8: L1 ratio",
-                     "LoRA(r*) vs full: operations per step"],
+                     "rank 1 vs rank 8: L1 ratio"],
              findings=["crucial vs lowest-scoring groups: L1 ratio",
                        "trainable share vs the paper's 1 %",
                        "LoRA vs full: CPU time per step"])
@@ -1275,7 +1274,7 @@ icmlbook.explore(update, controls, run=run)
 # | the paper's result | here |
 # |---|---|
 # | E²GAN against GANs trained from scratch per concept (pix2pix, pix2pix-zero-distilled): quality and training cost | tested: claim "LoRA(r*) vs from scratch (3x steps)"; finding "LoRA vs from scratch, whole pool"; FID and CLIP score out of scope (L1 against an exact teacher instead) |
-# | LoRA on crucial layers against fine-tuning the whole base: quality, trained weights, training cost | tested: claims "LoRA(r*) vs full fine-tune" (non-inferiority) and "operations per step"; findings "trainable share vs the paper's 1 %" and "CPU time per step" |
+# | LoRA on crucial layers against fine-tuning the whole base: quality, trained weights, training cost | tested: claim "LoRA(r*) vs full fine-tune" (non-inferiority), check "operations per step"; findings "trainable share vs the paper's 1 %" and "CPU time per step" |
 # | which layers are crucial (ablation) | finding "crucial vs lowest-scoring groups" |
 # | the rank search | claim "rank 1 vs rank 8" (non-inferiority); check on $r^\star$ |
 # | minimal data by clustering | findings "k-means vs random subset" and "k-means subset vs whole pool"; check on coverage |
@@ -1288,10 +1287,10 @@ icmlbook.explore(update, controls, run=run)
 # from scratch even when that one gets three times the steps and its own
 # learning-rate grid; it stays within a 15 % tolerance of fine-tuning every weight;
 # rank 1 stays within the same tolerance of rank 8; and a LoRA step counts fewer
-# operations than a full step. What holds only in a weaker form, or not: LoRA is
+# operations than a full step (a check: a count by construction). What holds only in a weaker form, or not: LoRA is
 # *worse* than full fine-tuning, only within the tolerance (the strict version is
-# counted in the results file); the cost claim's bar and statistic were changed
-# after a failure; with the whole pool of pairs, training from scratch wins by far;
+# counted in the results file); the training cost is measured only as CPU time, a
+# finding; with the whole pool of pairs, training from scratch wins by far;
 # the trained share is above the paper's 1 %; k-means selection trains no better than
 # random pairs; the crucial layers beat only a comparison chosen after the registered
 # one failed. The base does not compose concepts zero-shot (exercise 3 shows that it
