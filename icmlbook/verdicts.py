@@ -15,7 +15,8 @@ The rule (fixed before the final sweeps; a chapter cites it in its thresholds ce
   paper (on every seed);
 * **partly** otherwise: a claim holds only in a weaker form (non-inferiority, within a
   factor, against a stand-in) or after a change, or a finding goes against the paper
-  on some or all seeds while a claim holds.
+  on some or all seeds while a claim holds, or only findings test it (they go the
+  paper's way but were not pre-registered as claims).
 
 The paper is *reproduced* when every testable headline is, *not reproduced* when none
 is even partly, *not testable* when no headline is testable, and *partly* otherwise.
@@ -115,8 +116,8 @@ def grade(h: Headline | dict, claims: dict[str, dict], findings: dict[str, bool 
         parts.append("against the paper: " + "; ".join(against))
     if mixed:
         parts.append("the paper's way on some seeds only: " + "; ".join(mixed))
-    if held and not parts:  # only possible with no claims failing and findings in favour
-        parts.append("holds")
+    if not parts:  # no claim tests it and every finding goes the paper's way
+        parts.append("the paper's way in findings only, which are not pre-registered claims")
     return "partly", "; ".join(parts)
 
 

@@ -685,6 +685,8 @@ def test_findings_and_the_verdict_rule(capsys):
     h = {"name": "h", "testable": True, "claims": [], "findings": ["f"]}
     assert grade(h, {}, {"f": False})[0] == "not reproduced"
     assert grade(h, {}, {"f": None})[0] == "partly"
+    verdict, reason = grade(h, {}, {"f": True})  # findings alone never reproduce a headline
+    assert verdict == "partly" and "findings only" in reason
     assert grade({**h, "testable": False, "why": "w"}, {}, {})[0] == "not testable"
     assert combine(["reproduced", "not testable"]) == "reproduced"
     assert combine(["not reproduced", "not testable"]) == "not reproduced"
