@@ -496,3 +496,8 @@ def test_front_matter_counts_and_verdicts_agree_with_the_book():
         assert f"Verdict: **{v['paper']}**" in line, (
             f"book/intro.md's entry for {ch.stem} must say 'Verdict: **{v['paper']}**', the "
             "verdict its results give (icmlbook report)")
+        row = next((ln for ln in readme.splitlines()
+                    if re.match(rf"\|[^|]*\| {number} \|", ln)), "")
+        assert f"**{v['paper']}**" in row, (
+            f"README.md's chapter table row for {number} must say **{v['paper']}**, the "
+            "verdict its results give (icmlbook report)")
