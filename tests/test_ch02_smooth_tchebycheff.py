@@ -362,13 +362,22 @@ def mtl_scores(seed, method, scalarizer=None):
     return worst.mean(axis=1).min(), hv.mean(axis=1).max()
 
 
+def first_task_only(f, lam, mu, z=0.0):
+    """Broken: the preference replaced by all weight on the first task."""
+    one_hot = torch.nn.functional.one_hot(torch.tensor(0), lam.shape[-1]).to(lam.dtype)
+    return ch.scalarize("STCH", f, one_hot, mu, z)
+
+
 @pytest.mark.slow
-def test_mtl_claims_hold_and_fail_for_soft_min():
+def test_mtl_claims_hold_and_fail_for_broken_scalarizers():
     stch, mgda = mtl_scores(0, "STCH"), mtl_scores(0, "MGDA")
-    assert stch[0] <= ch.C_MTL_WORST * mgda[0] and stch[1] >= ch.C_MTL_HV * mgda[1]
-    # a soft-min focuses on the best task and leaves the others behind
-    soft = mtl_scores(0, "STCH", scalarizer=plugged(soft_min))
-    assert soft[0] > ch.C_MTL_WORST * mgda[0] and soft[1] < ch.C_MTL_HV * mgda[1]
+    worst_bar, hv_bar = ch.C_MTL_WORST * mgda[0], ch.C_MTL_HV * mgda[1]
+    assert stch[0] <= worst_bar and stch[1] >= hv_bar
+    # a soft-min focuses on the best task and leaves the worst one behind
+    assert mtl_scores(0, "STCH", scalarizer=plugged(soft_min))[0] > worst_bar
+    # training one task alone fails both: the worst task and the hypervolume
+    one = mtl_scores(0, "STCH", scalarizer=plugged(first_task_only))
+    assert one[0] > worst_bar and one[1] < hv_bar
 
 
 def test_thresholds_are_the_chapters():
