@@ -1,13 +1,27 @@
 """Chapter 02: the scalarizations' invariants, exact solutions, and claims that fail when broken."""
 import math
+import types
 
 import numpy as np
 import pytest
 import torch
 from helpers import chapter_defs
 
+from icmlbook.session import Session
+
 ch = chapter_defs("ch02_smooth_tchebycheff")
 torch.set_num_threads(1)
+
+def stream(seed, name):
+    """The chapter's named random stream at a seed, as run.generator(name) draws it."""
+    run = types.SimpleNamespace(seed=seed, chapter="02_smooth_tchebycheff")
+    return torch.Generator().manual_seed(Session.stream_seed(run, name))
+
+
+def gen(k):
+    """A fixed torch generator for the unit tests."""
+    return torch.Generator().manual_seed(k)
+
 
 PREFS = torch.tensor(np.stack([ch.PREF_W, 1 - ch.PREF_W], axis=1))
 G_STAR = np.array([ch.tch_optimum(ch.concave_front, lam)[1] for lam in PREFS.numpy()])
@@ -16,7 +30,7 @@ G_STAR = np.array([ch.tch_optimum(ch.concave_front, lam)[1] for lam in PREFS.num
 def concave_run(seed, method, mu=0.01, scalarizer=None, opt="adam", lr=0.05, steps=300,
                 n_starts=3):
     """The chapter's concave experiment at the default tier: final objectives (S, P, 2)."""
-    x0 = ch.starting_points(seed, n_starts)
+    x0 = ch.starting_points(stream(seed, "starting points"), n_starts)
     F = ch.objective_history(x0, PREFS, method, mu, opt, lr, steps,
                              scalarizer=scalarizer or ch.scalarize)
     return ch.summarise(F[-1], PREFS, G_STAR)
@@ -91,7 +105,7 @@ def test_gradient_is_softmax_weighted_sum():
 
 
 def test_batched_solve_equals_separate_solves():
-    x0 = ch.starting_points(3, 1)[0]  # (P, d)
+    x0 = ch.starting_points(gen(3), 1)[0]  # (P, d)
     both = ch.solve(ch.concave_objectives, PREFS, x0, "STCH", 0.01, "adam", 0.05, 50)
     for p in (0, 5, 10):
         one = ch.solve(ch.concave_objectives, PREFS[p], x0[p], "STCH", 0.01, "adam", 0.05, 50)
@@ -107,7 +121,7 @@ def test_batched_solve_equals_separate_solves():
 
 @pytest.mark.slow
 def test_adam_rule_equals_torch_adam():
-    x0 = ch.starting_points(1, 1)[0]
+    x0 = ch.starting_points(gen(1), 1)[0]
     ours = ch.solve(ch.concave_objectives, PREFS, x0, "STCH", 0.01, "adam", 0.05, 30)[-1]
     x = x0.clone().requires_grad_(True)
     opt = torch.optim.Adam([x], lr=0.05)
@@ -119,7 +133,7 @@ def test_adam_rule_equals_torch_adam():
 
 
 def test_subgradient_rule_takes_normalised_shrinking_steps():
-    x0 = ch.starting_points(2, 1)[0]
+    x0 = ch.starting_points(gen(2), 1)[0]
     traj = ch.solve(ch.concave_objectives, PREFS, x0, "TCH", 0.01, "subgradient", 0.3, 5)
     steps = (traj[1:] - traj[:-1]).norm(dim=-1)  # (5, P)
     expected = 0.3 / torch.sqrt(torch.arange(1, 6, dtype=torch.float64))
@@ -166,7 +180,7 @@ def test_front_is_the_image_of_the_pareto_set(problem):
 @pytest.mark.slow
 def test_stch_symmetric_converges_to_the_middle(mu):
     # lambda = (1/2, 1/2): the exact TCH solution is x = 0; STCH with mu <= 0.2 must get there
-    x0 = ch.starting_points(0, 5, n_prefs=1)
+    x0 = ch.starting_points(gen(0), 5, n_prefs=1)
     lam = torch.tensor([0.5, 0.5], dtype=torch.float64)
     x = ch.solve(ch.concave_objectives, lam, x0, "STCH", mu, "gd", 0.02, 2000)[-1]
     assert x.norm(dim=-1).max().item() < 1e-3
@@ -177,7 +191,7 @@ def test_large_mu_leaves_the_middle():
     ts = np.linspace(-1, 1, 4001)
     t = ch.stch_argmin_on_front(ch.concave_front, (0.5, 0.5), [0.01, 0.2, 1.0], ts)
     assert abs(t[0]) < 1e-3 and abs(t[1]) < 1e-3 and abs(t[2]) > 0.8
-    x0 = ch.starting_points(0, 3, n_prefs=1)
+    x0 = ch.starting_points(gen(0), 3, n_prefs=1)
     x = ch.solve(ch.concave_objectives, torch.tensor([0.5, 0.5], dtype=torch.float64), x0,
                  "STCH", 1.0, "adam", 0.05, 500)[-1]
     assert x.norm(dim=-1).min().item() > 0.8
@@ -269,20 +283,20 @@ def test_networks_of_a_batch_are_independent():
 def test_train_mtl_counts_backward_passes():
     X, Y = ch.make_mtl_data(64, 8, torch.Generator().manual_seed(0))
     for method, passes in [("LS", 1), ("TCH", 1), ("STCH", 1), ("MGDA", ch.MTL_TASKS)]:
-        hist, secs, n = ch.train_mtl(method, X, Y, 3, 0, lrs=(1e-3, 1e-2), restarts=2)
+        hist, secs, n = ch.train_mtl(method, X, Y, 3, gen(0), lrs=(1e-3, 1e-2), restarts=2)
         assert n == passes and hist.shape == (4, 4, ch.MTL_TASKS) and len(secs) == 3
         assert np.allclose(hist[0], 1.0)
     # any number of tasks: MGDA needs one backward pass per task, STCH one in all
     Y5 = torch.randn(64, 5, generator=torch.Generator().manual_seed(1))
-    assert ch.train_mtl("MGDA", X, Y5, 2, 0)[2] == 5
-    assert ch.train_mtl("STCH", X, Y5, 2, 0)[2] == 1
-    assert ch.ms_per_step("STCH", 2, 3, 0, n=64)[1] == 1
+    assert ch.train_mtl("MGDA", X, Y5, 2, gen(0))[2] == 5
+    assert ch.train_mtl("STCH", X, Y5, 2, gen(0))[2] == 1
+    assert ch.ms_per_step("STCH", 2, 3, gen(0), n=64)[1] == 1
 
 
 # -- the claims hold, and fail for broken variants ----------------------------------------
 def hv_subgradient(seed, steps=300, n_starts=3):
     """HV of the classic subgradient method at its best learning rate, as in the chapter."""
-    x0 = ch.starting_points(seed, n_starts)
+    x0 = ch.starting_points(stream(seed, "starting points"), n_starts)
     gaps, F = ch.tuned_gaps(x0, PREFS, G_STAR, "TCH", 0.01, "subgradient", steps)
     return min(ch.hypervolume_2d(f) for f in F[gaps.argmin()])
 
@@ -336,22 +350,34 @@ def test_constant_step_claim_fails_without_smoothing():
     assert concave_run(0, "STCH", mu=1e-5)["max_gap"] > ch.C_SMOOTH * tch["max_gap"]
 
 
+RESTARTS = 8  # the chapter's mtl_restarts at the default tier
+
+
 def mtl_scores(seed, method, scalarizer=None):
     """The chapter's multi-task measures at the default tier: (worst task, HV)."""
-    X, Y = ch.make_mtl_data(ch.MTL_N, 8, torch.Generator().manual_seed(seed))
-    hist, _, _ = ch.train_mtl(method, X, Y, 300, seed, ch.MTL_LRS, 3,
-                              scalarizer=scalarizer or ch.scalarize)
-    worst, hv = ch.mtl_scores(hist[-1].reshape(len(ch.MTL_LRS), 3, -1))
+    X, Y = ch.make_mtl_data(ch.MTL_N, 8, stream(seed, "multi-task data"))
+    hist, _, _ = ch.train_mtl(method, X, Y, 300, stream(seed, "multi-task init"), ch.MTL_LRS,
+                              RESTARTS, scalarizer=scalarizer or ch.scalarize)
+    worst, hv = ch.mtl_scores(hist[-1].reshape(len(ch.MTL_LRS), RESTARTS, -1))
     return worst.mean(axis=1).min(), hv.mean(axis=1).max()
 
 
+def first_task_only(f, lam, mu, z=0.0):
+    """Broken: the preference replaced by all weight on the first task."""
+    one_hot = torch.nn.functional.one_hot(torch.tensor(0), lam.shape[-1]).to(lam.dtype)
+    return ch.scalarize("STCH", f, one_hot, mu, z)
+
+
 @pytest.mark.slow
-def test_mtl_claims_hold_and_fail_for_soft_min():
+def test_mtl_claims_hold_and_fail_for_broken_scalarizers():
     stch, mgda = mtl_scores(0, "STCH"), mtl_scores(0, "MGDA")
-    assert stch[0] <= ch.C_MTL_WORST * mgda[0] and stch[1] >= ch.C_MTL_HV * mgda[1]
-    # a soft-min focuses on the best task and leaves the others behind
-    soft = mtl_scores(0, "STCH", scalarizer=plugged(soft_min))
-    assert soft[0] > ch.C_MTL_WORST * mgda[0] and soft[1] < ch.C_MTL_HV * mgda[1]
+    worst_bar, hv_bar = ch.C_MTL_WORST * mgda[0], ch.C_MTL_HV * mgda[1]
+    assert stch[0] <= worst_bar and stch[1] >= hv_bar
+    # a soft-min focuses on the best task and leaves the worst one behind
+    assert mtl_scores(0, "STCH", scalarizer=plugged(soft_min))[0] > worst_bar
+    # training one task alone fails both: the worst task and the hypervolume
+    one = mtl_scores(0, "STCH", scalarizer=plugged(first_task_only))
+    assert one[0] > worst_bar and one[1] < hv_bar
 
 
 def test_thresholds_are_the_chapters():
@@ -359,3 +385,5 @@ def test_thresholds_are_the_chapters():
     assert ch.C_DISTINCT <= ch.N_PREFS and ch.C_LS_DISTINCT < ch.C_DISTINCT
     assert ch.C_HV_VS_LS > 1 and ch.C_HV_VS_SUB < 1 and 0 < ch.C_SMOOTH < 1
     assert ch.C_MTL_WORST < 1 and 0 < ch.C_MTL_HV <= 1 and ch.C_ONE_PASS == 1
+    # the strict versions of the two non-inferiority claims: parity
+    assert ch.C_HV_VS_SUB < ch.PARITY == 1.0 and ch.C_MTL_HV < ch.PARITY
