@@ -156,17 +156,8 @@ print(f"tier {tier}: benign model {cfg.pre_steps} steps, fine-tuned copies "
 #
 # BadDiffusion has $\gamma = 1$ and $\mu = r$, the trigger; TrojDiff has $\gamma < 1$.
 #
-# **BadDiffusion's poisoning.** Poisoned samples diffuse from the target $y$ towards the
-# trigger,
-#
-# $$x_t = \sqrt{\bar\alpha_t}\, y + (1 - \sqrt{\bar\alpha_t})\, r
-#   + \sqrt{1 - \bar\alpha_t}\, \epsilon, \tag{2}$$
-#
-# and matching the model's reverse mean to this chain's posterior mean gives the
-# network's poisoned regression target ($\alpha_t = 1 - \beta_t$):
-#
-# $$\epsilon_\theta(x_t, t) \approx \epsilon + R_t\, r, \qquad
-#   R_t = \frac{(1 - \sqrt{\alpha_t})\sqrt{1 - \bar\alpha_t}}{1 - \alpha_t}. \tag{3}$$
+# How a backdoor is planted (BadDiffusion's poisoning, Eqs. 2 and 3) comes with the
+# code that plants it, below.
 
 # %% [markdown]
 # ## From scratch
@@ -257,6 +248,18 @@ def copies(base, M):
 
 # %% [markdown]
 # ### BadDiffusion's poisoned loss (Eqs. 2 and 3)
+#
+# **BadDiffusion's poisoning.** Poisoned samples diffuse from the target $y$ towards the
+# trigger,
+#
+# $$x_t = \sqrt{\bar\alpha_t}\, y + (1 - \sqrt{\bar\alpha_t})\, r
+#   + \sqrt{1 - \bar\alpha_t}\, \epsilon, \tag{2}$$
+#
+# and matching the model's reverse mean to this chain's posterior mean gives the
+# network's poisoned regression target ($\alpha_t = 1 - \beta_t$):
+#
+# $$\epsilon_\theta(x_t, t) \approx \epsilon + R_t\, r, \qquad
+#   R_t = \frac{(1 - \sqrt{\alpha_t})\sqrt{1 - \bar\alpha_t}}{1 - \alpha_t}. \tag{3}$$
 #
 # Each model $m$ of the bank has its own poison rate, trigger and target; a benign
 # model has poison rate 0. In a batch, a poisoned sample replaces the clean forward
