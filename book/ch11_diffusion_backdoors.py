@@ -138,8 +138,8 @@ print(f"tier {tier}: benign model {cfg.pre_steps} steps, fine-tuned copies "
 
 # %% [markdown]
 # One colour per method in every figure: TERD in blue, its ablation with the plain
-# denoising loss in red, the Elijah baseline in teal, the untouched initialisation in
-# amber, the true trigger in purple and the Bayes bound in grey.
+# denoising loss in red, the Elijah baseline in teal, doing nothing (the untouched
+# starting trigger) in amber, the true trigger in purple and the Bayes bound in grey.
 #
 # ## The idea in math
 #
@@ -719,17 +719,16 @@ plt.show()
 # The backdoored models (dark) have a deep valley on the way to the trigger, the
 # benign ones (light) a flat, slowly rising curve. The valley's floor is wide and
 # begins well before $c = 1$: the trigger lies in the valley rather than at a sharp
-# minimum, and steps of 0.3 in random directions change the loss by about a percent
+# minimum, and steps of 0.3 in random directions change the loss only slightly,
 # either way (last column). We had planned a check that $r$ is a local minimum (no such
 # step lowering the loss by more than 2 %); it failed on the first run of this design,
 # which drew different noise for each candidate, so the loss is now compared on common
 # noise and the local test is reported instead of checked. For the same reason the
 # comparison with the initialisation ($L(r)$ below $L(\mathrm{init})$), planned as a
 # check too, is reported: the initialisation already sits near the valley for some
-# models. A wide floor is also why the
-# reversion need not land on $r$ itself: TERD's trigger points the right way but comes
-# out somewhat longer than $r$ (its $M_r$ below is above the true trigger's
-# $\|r\|^2/2d$).
+# models. A wide floor is also why the reversion need not land on $r$ itself: TERD's
+# trigger can point the right way without having $r$'s length (compare its $M_r$
+# below with the true trigger's $\|r\|^2/2d$).
 #
 # ### Reversing the triggers
 #
