@@ -37,8 +37,18 @@
 # backdoored *models* by the KL divergence of the reversed distribution from
 # $\mathcal N(0, I)$.
 #
-# **The claim.** The reversed trigger is close to the true one and reproduces the
-# attack; input detection and model detection both reach 100 % TPR and TNR.
+# **The claim.** In the paper's words (abstract): a trigger reversion strategy, "an
+# initial approximation of the trigger through noise sampled from a prior
+# distribution, followed by refinement through differential multi-step samplers";
+# "the first backdoor input detection approach for diffusion models and a novel model
+# detection algorithm that calculates the KL divergence between reversed and benign
+# distributions"; and "TERD secures a 100% True Positive Rate (TPR) and True Negative
+# Rate (TNR) across datasets of varying resolutions", with "nice adaptability" to
+# SDE-based models. Each headline is tested here against doing nothing (the
+# untouched starting trigger), against Elijah, an earlier trigger-inversion
+# defence, and against the plain denoising loss where that ablation is fair; the
+# paper's verdict, by a rule fixed before the runs, is printed with the claims.
+#
 # **What stands in for the paper, and what is ours.** The paper backdoors DDPMs on
 # CIFAR-10 and CelebA-HQ with BadDiffusion and TrojDiff. Here the images are the 8×8
 # handwritten digits that ship with scikit-learn, the diffusion model is a small
@@ -47,10 +57,11 @@
 # high poison rate (BadDiffusion's own recipe is fine-tuning too). The triggers follow
 # BadDiffusion's style (a background of $-1$ with a box of 0) and the targets are
 # off-data patterns; every model is a real backdoored diffusion model, only small. Only
-# BadDiffusion is reproduced, so $\gamma = 1$ is known and only $\mu$ is reversed. Three
+# BadDiffusion is reproduced, so $\gamma = 1$ is known and only $\mu$ is reversed. Four
 # things are ours, not the paper's: TERD's first stage is restarted from a few random
 # initialisations and the restart with the lowest refinement loss is kept (one run
-# from one initialisation can end in the wrong basin at this scale); the
+# from one initialisation can end in the wrong basin at this scale; how often is
+# recorded); input detection is scored by its exact error rates; the
 # threshold of model detection, which the paper's code does not fix, is calibrated on
 # the benign models; and the equation numbers are this chapter's.
 
@@ -93,22 +104,24 @@ from torch import nn
 
 import icmlbook
 from icmlbook.diffusion import Schedule, ddpm_sample
+from icmlbook.nn import Adam
 
 run = icmlbook.start("11_diffusion_backdoors", tier=tier, seed=seed,
                      params=dict(poison_rate=poison_rate, lam=lam, restarts=restarts,
                                  refine_iters=refine_iters))
 icmlbook.use_style()
 cfg = run.pick(
-    smoke=dict(pre_steps=40, ft_steps=40, batch=32, hidden=32, it1=6, it2=2, b1=4,
-               b2=2, n_detect=200, n_gen=8, n_geom=16, elijah_steps=5, widget_it1=3),
-    default=dict(pre_steps=1500, ft_steps=1500, batch=96, hidden=128, it1=300, it2=1,
-                 b1=8, b2=8, n_detect=2000, n_gen=64, n_geom=128, elijah_steps=100,
-                 widget_it1=100),
-    full=dict(pre_steps=3000, ft_steps=3000, batch=128, hidden=128, it1=1000, it2=3,
-              b1=16, b2=16, n_detect=2000, n_gen=128, n_geom=256, elijah_steps=100,
-              widget_it1=100),
+    smoke=dict(pre_steps=40, ft_steps=40, batch=32, hidden=32, it1=6, it2_scale=1,
+               it2_cap=2, b1=4, b2=2, n_detect=200, n_gen=8, n_geom=16, elijah_steps=5,
+               widget_it1=3),
+    default=dict(pre_steps=1500, ft_steps=1500, batch=96, hidden=128, it1=300,
+                 it2_scale=1, it2_cap=None, b1=8, b2=8, n_detect=2000, n_gen=64,
+                 n_geom=128, elijah_steps=100, widget_it1=100),
+    full=dict(pre_steps=3000, ft_steps=3000, batch=128, hidden=128, it1=1000,
+              it2_scale=3, it2_cap=None, b1=16, b2=16, n_detect=2000, n_gen=128,
+              n_geom=256, elijah_steps=100, widget_it1=100),
 )
-it2 = refine_iters * cfg.it2 if tier != "smoke" else cfg.it2  # full 3x; smoke: 2
+it2 = min(refine_iters * cfg.it2_scale, cfg.it2_cap or math.inf)  # stage-2 iterations
 T = 100  # diffusion steps
 SCHED = Schedule.linear(T, beta_min=1e-3, beta_max=0.2)  # DDPM's schedule, rescaled
 D = 64  # 8 x 8 pixels
@@ -117,7 +130,7 @@ LR_REV, CLIP_REV = 0.5, 0.01  # TERD's SGD step and stage-2 gradient clip
 DDIM_STEPS = 10  # TERD's differentiable sampler
 N_BENIGN_FT = 2  # benign fine-tuned copies (the benign base model is a third)
 STYLE = icmlbook.method_styles(
-    "TERD", "plain loss (ablation)", "Elijah", "initialisation only", "true trigger",
+    "TERD", "plain loss (ablation)", "Elijah", "doing nothing", "true trigger",
     "Bayes bound")
 print(f"tier {tier}: benign model {cfg.pre_steps} steps, fine-tuned copies "
       f"{cfg.ft_steps} steps at poison rate {poison_rate}; reversion {restarts} x "
@@ -125,8 +138,8 @@ print(f"tier {tier}: benign model {cfg.pre_steps} steps, fine-tuned copies "
 
 # %% [markdown]
 # One colour per method in every figure: TERD in blue, its ablation with the plain
-# denoising loss in red, the Elijah baseline in teal, the untouched initialisation in
-# amber, the true trigger in purple and the Bayes bound in grey.
+# denoising loss in red, the Elijah baseline in teal, doing nothing (the untouched
+# starting trigger) in amber, the true trigger in purple and the Bayes bound in grey.
 #
 # ## The idea in math
 #
@@ -143,17 +156,8 @@ print(f"tier {tier}: benign model {cfg.pre_steps} steps, fine-tuned copies "
 #
 # BadDiffusion has $\gamma = 1$ and $\mu = r$, the trigger; TrojDiff has $\gamma < 1$.
 #
-# **BadDiffusion's poisoning.** Poisoned samples diffuse from the target $y$ towards the
-# trigger,
-#
-# $$x_t = \sqrt{\bar\alpha_t}\, y + (1 - \sqrt{\bar\alpha_t})\, r
-#   + \sqrt{1 - \bar\alpha_t}\, \epsilon, \tag{2}$$
-#
-# and matching the model's reverse mean to this chain's posterior mean gives the
-# network's poisoned regression target ($\alpha_t = 1 - \beta_t$):
-#
-# $$\epsilon_\theta(x_t, t) \approx \epsilon + R_t\, r, \qquad
-#   R_t = \frac{(1 - \sqrt{\alpha_t})\sqrt{1 - \bar\alpha_t}}{1 - \alpha_t}. \tag{3}$$
+# How a backdoor is planted (BadDiffusion's poisoning, Eqs. 2 and 3) comes with the
+# code that plants it, below.
 
 # %% [markdown]
 # ## From scratch
@@ -245,12 +249,31 @@ def copies(base, M):
 # %% [markdown]
 # ### BadDiffusion's poisoned loss (Eqs. 2 and 3)
 #
+# **BadDiffusion's poisoning.** Poisoned samples diffuse from the target $y$ towards the
+# trigger,
+#
+# $$x_t = \sqrt{\bar\alpha_t}\, y + (1 - \sqrt{\bar\alpha_t})\, r
+#   + \sqrt{1 - \bar\alpha_t}\, \epsilon, \tag{2}$$
+#
+# and matching the model's reverse mean to this chain's posterior mean gives the
+# network's poisoned regression target ($\alpha_t = 1 - \beta_t$):
+#
+# $$\epsilon_\theta(x_t, t) \approx \epsilon + R_t\, r, \qquad
+#   R_t = \frac{(1 - \sqrt{\alpha_t})\sqrt{1 - \bar\alpha_t}}{1 - \alpha_t}. \tag{3}$$
+#
 # Each model $m$ of the bank has its own poison rate, trigger and target; a benign
 # model has poison rate 0. In a batch, a poisoned sample replaces the clean forward
 # process by Eq. 2 and the regression target $\epsilon$ by Eq. 3.
 
 # %%
 ALPHA, SIGMA = SCHED.alpha, SCHED.sigma  # sqrt(alpha_bar_t), sqrt(1 - alpha_bar_t)
+
+
+def cosine(lr, i, n):
+    """A step size decayed from lr to 0 along half a cosine over n steps."""
+    return 0.5 * lr * (1 + math.cos(math.pi * i / n))
+
+
 STEP_ALPHA = 1 - SCHED.betas.float()  # alpha_t
 R_COEF = (1 - STEP_ALPHA.sqrt()) * SIGMA / (1 - STEP_ALPHA)  # Eq. 3's R_t
 
@@ -267,10 +290,10 @@ def poisoned_batch(x0, t, eps, poisoned, trigger, target):
 
 def train_bank(bank, data, steps, batch, lr, rates, triggers, targets_, gen):
     """Adam on the (poisoned) denoising loss, all models at once; returns losses."""
-    opt = torch.optim.Adam(bank.parameters(), lr=lr)
-    decay = torch.optim.lr_scheduler.CosineAnnealingLR(opt, steps, eta_min=0.05 * lr)
+    opt = Adam(bank.parameters(), lr=lr)
     M, losses = bank.M, []
-    for _ in icmlbook.progress(range(steps), desc=f"training {M} model(s)"):
+    for i in icmlbook.progress(range(steps), desc=f"training {M} model(s)"):
+        opt.lr = 0.05 * lr + cosine(0.95 * lr, i, steps)  # cosine decay to 5 %
         x0 = data[torch.randint(0, len(data), (M, batch), generator=gen)]
         t = torch.randint(0, T, (M, batch), generator=gen)
         eps = torch.randn(M, batch, D, generator=gen)
@@ -280,7 +303,6 @@ def train_bank(bank, data, steps, batch, lr, rates, triggers, targets_, gen):
         opt.zero_grad()
         loss.backward()
         opt.step()
-        decay.step()
         losses.append(loss.item() / M)
     bank.requires_grad_(False)
     return np.array(losses)
@@ -386,10 +408,6 @@ def plain_loss(bank, mu, x0, t, with_mu, gen):
 # every model predicts its input noise well).
 
 # %%
-def cosine(lr, i, n):
-    return 0.5 * lr * (1 + math.cos(math.pi * i / n))
-
-
 def stage1_objective(bank, mu, batch, gen, loss=reversed_loss):
     """Eq. 5's expectation: surrogate images, t in the last ten steps, (M, R)."""
     x0 = torch.randn(*mu.shape[:2], batch, D, generator=gen)
@@ -450,12 +468,12 @@ def refine(bank, mu, iters, batch, lam, gen, loss=reversed_loss, history=None):
     return mu.detach()
 
 
-def fixed_refine_loss(bank, mu, batch, seed_, loss=reversed_loss):
-    """Eq. 6's bracket for candidates mu (M, R, D), each with the same draws."""
+def fixed_refine_loss(bank, mu, batch, make_gen, loss=reversed_loss):
+    """Eq. 6's bracket for candidates mu (M, R, D), each with the same draws: every
+    candidate gets a fresh generator from ``make_gen()``, the same stream."""
     with torch.no_grad():
         return torch.cat([
-            refine_objective(bank, mu[:, j:j + 1], batch,
-                             torch.Generator().manual_seed(seed_), loss)
+            refine_objective(bank, mu[:, j:j + 1], batch, make_gen(), loss)
             for j in range(mu.shape[1])], 1)
 
 
@@ -469,11 +487,15 @@ def fixed_refine_loss(bank, mu, batch, seed_, loss=reversed_loss):
 # the plain denoising loss in place of Eq. 4 everywhere.
 
 # %%
-def reverse_trigger(bank, init, gen, lam, it1, it2, b1, b2, loss=reversed_loss,
-                    history=None):
-    """Two-stage reversion of one trigger per model from init (M, R, D) -> (M, D)."""
+def reverse_trigger(bank, init, gen, select_gen, lam, it1, it2, b1, b2,
+                    loss=reversed_loss, history=None, stage1=None):
+    """Two-stage reversion of one trigger per model from init (M, R, D) -> (M, D).
+    ``select_gen()`` gives the common noise of the selection; ``stage1``, a list,
+    receives the R stage-1 estimates if given."""
     mu1 = estimate(bank, init, it1, b1, lam, gen, loss)
-    scores = fixed_refine_loss(bank, mu1, 4 * b2, seed + 17, loss)
+    if stage1 is not None:
+        stage1.append(mu1)
+    scores = fixed_refine_loss(bank, mu1, 4 * b2, select_gen, loss)
     best = mu1[torch.arange(bank.M), scores.argmin(1)][:, None]
     if history is not None:
         history.append(best.clone())
@@ -497,7 +519,7 @@ def reverse_trigger(bank, init, gen, lam, it1, it2, b1, b2, loss=reversed_loss,
 def elijah(bank, tau, steps, gen, lam_e=0.5, batch=100, lr=0.1):
     """Eq. 7 by Adam from tau (M, D)."""
     tau = tau.clone().requires_grad_(True)
-    opt = torch.optim.Adam([tau], lr=lr)
+    opt = Adam([tau], lr=lr)
     t_end = torch.full((bank.M, batch), T - 1)
     for _ in range(steps):
         eps = torch.randn(bank.M, batch, D, generator=gen)
@@ -583,11 +605,12 @@ def kl_stats(mu, gamma=None):
 # base model that makes three benign and three backdoored models.
 
 # %%
-gen = torch.Generator().manual_seed(seed)
+gen = run.generator("training")
 digits = load_digits()
 TRIGGERS = torch.stack([box_trigger(2, 2), box_trigger(4, 1), box_trigger(1, 4)])
 TARGETS = targets()
 N_BD = len(TRIGGERS)
+run.reseed("weights")  # the initial weights come from torch's global generator
 base = EpsBank(1, hidden=cfg.hidden)
 pre_losses = train_bank(base, digits, cfg.pre_steps, cfg.batch, LR_PRE,
                         torch.zeros(1), torch.zeros(1, D), torch.zeros(1, D), gen)
@@ -630,13 +653,12 @@ true_y = torch.cat([TARGETS, TARGETS[:1].expand(M - N_BD, D)])
 # not look at clean generations.
 
 # %%
-eval_gen = torch.Generator().manual_seed(seed + 1)
-noise = torch.randn(M, cfg.n_gen, D, generator=eval_gen)
+noise = torch.randn(M, cfg.n_gen, D, generator=run.generator("generation noise"))
 
 
 def target_mse(mu, sampler="ancestral"):
     """Mean squared distance to each model's target of generations from eps + mu."""
-    x = generate(models, noise + mu[:, None], sampler, torch.Generator().manual_seed(3))
+    x = generate(models, noise + mu[:, None], sampler, run.generator("attack sampler"))
     return ((x - true_y[:, None]) ** 2).mean((1, 2))
 
 
@@ -647,7 +669,7 @@ def nearest_digit(x):
 
 
 mse_true = target_mse(true_mu)
-clean_gen = generate(models, noise, "ancestral", torch.Generator().manual_seed(4))
+clean_gen = generate(models, noise, "ancestral", run.generator("clean sampler"))
 clean_to_digit = nearest_digit(clean_gen)
 for m in range(M):
     print(f"{names[m]:<13} target MSE from eps + r: {mse_true[m]:.3f};  clean noise: "
@@ -663,15 +685,16 @@ for m in range(M):
 # with steps of 0.3 in random directions.
 
 # %%
-init_gen = torch.Generator().manual_seed(seed + 5)
+init_gen = run.generator("initialisation")
 init = -torch.rand(M, restarts, D, generator=init_gen)
 RAY = torch.linspace(0, 1.75, 8)
 probe = torch.cat([RAY[None, :, None] * true_mu[:, None], init[:, :1]], 1)
-geom = fixed_refine_loss(models, probe, cfg.n_geom, seed + 23)
+geom_gen = functools.partial(run.generator, "geometry")  # common noise, every call
+geom = fixed_refine_loss(models, probe, cfg.n_geom, geom_gen)
 L_zero, L_r, L_init = geom[:, 0], geom[:, 4], geom[:, -1]  # c = 0, c = 1, init
 u = torch.randn(M, 8, D, generator=init_gen)
 u = 0.3 * u / u.norm(dim=-1, keepdim=True)
-geom_perturbed = fixed_refine_loss(models, true_mu[:, None] + u, cfg.n_geom, seed + 23)
+geom_perturbed = fixed_refine_loss(models, true_mu[:, None] + u, cfg.n_geom, geom_gen)
 local_min = geom_perturbed.min(1).values / L_r
 ray_argmin = RAY[geom[:, :-1].argmin(1)]
 print(f"{'model':<13} {'L(r)':>7} {'L(0)':>7} {'L(init)':>8} {'argmin_c L(c r)':>16} "
@@ -696,17 +719,16 @@ plt.show()
 # The backdoored models (dark) have a deep valley on the way to the trigger, the
 # benign ones (light) a flat, slowly rising curve. The valley's floor is wide and
 # begins well before $c = 1$: the trigger lies in the valley rather than at a sharp
-# minimum, and steps of 0.3 in random directions change the loss by about a percent
+# minimum, and steps of 0.3 in random directions change the loss only slightly,
 # either way (last column). We had planned a check that $r$ is a local minimum (no such
 # step lowering the loss by more than 2 %); it failed on the first run of this design,
 # which drew different noise for each candidate, so the loss is now compared on common
 # noise and the local test is reported instead of checked. For the same reason the
 # comparison with the initialisation ($L(r)$ below $L(\mathrm{init})$), planned as a
 # check too, is reported: the initialisation already sits near the valley for some
-# models. A wide floor is also why the
-# reversion need not land on $r$ itself: TERD's trigger points the right way but comes
-# out somewhat longer than $r$ (its $M_r$ below is above the true trigger's
-# $\|r\|^2/2d$).
+# models. A wide floor is also why the reversion need not land on $r$ itself: TERD's
+# trigger can point the right way without having $r$'s length (compare its $M_r$
+# below with the true trigger's $\|r\|^2/2d$).
 #
 # ### Reversing the triggers
 #
@@ -714,15 +736,17 @@ plt.show()
 # Elijah from the first of them.
 
 # %%
-rev_gen = torch.Generator().manual_seed(seed + 7)
-history = []
-settings = dict(lam=lam, it1=cfg.it1, it2=it2, b1=cfg.b1, b2=cfg.b2)
+rev_gen = run.generator("reversion")
+history, stage1 = [], []
+settings = dict(select_gen=functools.partial(run.generator, "selection"), lam=lam,
+                it1=cfg.it1, it2=it2, b1=cfg.b1, b2=cfg.b2)
 reversed_ = {
-    "TERD": reverse_trigger(models, init, rev_gen, history=history, **settings),
+    "TERD": reverse_trigger(models, init, rev_gen, history=history, stage1=stage1,
+                            **settings),
     "plain loss (ablation)": reverse_trigger(models, init, rev_gen, loss=plain_loss,
                                              **settings),
     "Elijah": elijah(models, init[:, 0], cfg.elijah_steps, rev_gen),
-    "initialisation only": init[:, 0],
+    "doing nothing": init[:, 0],
 }
 
 # %% [markdown]
@@ -735,9 +759,14 @@ reversed_ = {
 # clean noises, and model detection's $M_r$ (Eq. 10).
 
 # %%
-det_gen = torch.Generator().manual_seed(seed + 9)
+det_gen = run.generator("detection")
 x_poison = torch.randn(M, cfg.n_detect, D, generator=det_gen) + true_mu[:, None]
 x_clean = torch.randn(M, cfg.n_detect, D, generator=det_gen)
+def exact_error(mu):
+    """1 - min(TPR, TNR) of Eq. 8 with mu, exactly, by Eq. 9's route."""
+    return 1 - torch.minimum(*rates_closed_form(mu, true_mu))
+
+
 results = {}
 for name, mu in reversed_.items():
     results[name] = dict(
@@ -746,15 +775,16 @@ for name, mu in reversed_.items():
         mse=target_mse(mu),
         tpr=flag(x_poison, mu).float().mean(-1),
         tnr=1 - flag(x_clean, mu).float().mean(-1),
+        err=exact_error(mu),
         kl_mean=kl_stats(mu)[0], kl_var=kl_stats(mu)[1])
 results["true trigger"] = dict(tpr=flag(x_poison, true_mu).float().mean(-1),
                                tnr=1 - flag(x_clean, true_mu).float().mean(-1))
 print(f"{'method':<22} {'cos':>6} {'rel.err':>8} {'tgt MSE':>8} {'TPR':>6} {'TNR':>6}"
-      f"   (backdoored models: mean)")
+      f" {'exact error':>12}   (backdoored models: mean)")
 for name in reversed_:
     r_ = {k: float(v[BD].mean()) for k, v in results[name].items()}
     print(f"{name:<22} {r_['cos']:>6.3f} {r_['relerr']:>8.3f} {r_['mse']:>8.3f} "
-          f"{r_['tpr']:>6.3f} {r_['tnr']:>6.3f}")
+          f"{r_['tpr']:>6.3f} {r_['tnr']:>6.3f} {r_['err']:>12.2e}")
 print(f"{'true trigger':<22} {1:>6.3f} {0:>8.3f} {float(mse_true[BD].mean()):>8.3f} "
       f"{float(results['true trigger']['tpr'][BD].mean()):>6.3f} "
       f"{float(results['true trigger']['tnr'][BD].mean()):>6.3f}")
@@ -770,7 +800,7 @@ fig, axes = plt.subplots(N_BD, 5, figsize=(7.5, 1.6 * N_BD + 0.4))
 for m in range(N_BD):
     row = [("true trigger", TRIGGERS[m])] + [
         (k, reversed_[k][m]) for k in ("TERD", "plain loss (ablation)", "Elijah",
-                                       "initialisation only")]
+                                       "doing nothing")]
     for ax, (title, img) in zip(axes[m], row):
         im = show_image(ax, img, title if m == 0 else "")
     axes[m, 0].set_ylabel(names[m], fontsize=8)
@@ -797,14 +827,14 @@ kl_el = results["Elijah"]["kl_mean"]
 separation_elijah = float(kl_el[BD].min() / kl_el[BENIGN].max())
 kl_pl = results["plain loss (ablation)"]["kl_mean"]
 separation_plain = float(kl_pl[BD].min() / kl_pl[BENIGN].max())
-kl_init = results["initialisation only"]["kl_mean"]
+kl_init = results["doing nothing"]["kl_mean"]
 separation_init = float(kl_init[BD].min() / kl_init[BENIGN].max())
 for m in range(M):
     print(f"{names[m]:<13} M_r {kl_terd[m]:.4f}  V_r {var_terd[m]:.5f}  flagged "
           f"{bool(kl_terd[m] > threshold)}")
 print(f"min backdoored / max benign M_r: TERD {separation:.1f}, Elijah "
-      f"{separation_elijah:.1f}, plain loss {separation_plain:.1f}, initialisation "
-      f"only {separation_init:.1f}")
+      f"{separation_elijah:.1f}, plain loss {separation_plain:.1f}, doing nothing "
+      f"{separation_init:.1f}")
 
 # %% tags=["hide-input"]
 fig, axes = plt.subplots(1, 2, figsize=(8, 3))
@@ -820,7 +850,7 @@ icmlbook.log_axis(axes[0], "y")
 axes[0].legend(fontsize=7)
 s = np.linspace(0.5, 10, 200)
 axes[1].plot(s, Phi(torch.tensor(s) / 2).numpy(), **STYLE["Bayes bound"])
-for name in ("TERD", "Elijah", "initialisation only"):
+for name in ("TERD", "Elijah", "doing nothing"):
     tnr = results[name]["tnr"][BD].mean()
     tpr = results[name]["tpr"][BD].mean()
     axes[1].scatter([float(TRIGGERS.norm(dim=-1).mean())] * 2, [tpr, tnr],
@@ -836,39 +866,78 @@ plt.show()
 # 0; with the plain loss (red) the two kinds of model are mixed. Right: at our trigger
 # norm the Bayes bound (grey) is already within $10^{-3}$ of 1, so any reversion that
 # points roughly the right way and is about as long as the trigger detects inputs
-# almost perfectly, even the untouched initialisation (amber). Elijah's trigger (teal)
+# almost perfectly, even doing nothing, the untouched starting trigger
+# (amber). Elijah's trigger (teal)
 # is too short, and its TNR, $\Phi(\|\tau\|/2)$ by Eq. 9's route, pays for it. A
 # detection rate of 100 % says more about the trigger's norm than about the defence.
 #
+# ### The paper's protocol: one run per model
+#
+# The paper reverses each model's trigger once, from one initialisation. Each of our
+# `restarts` stage-1 runs, refined on its own without the selection, is such a single
+# run. We count a single run as *failed* when its trigger ends no closer to $r$ than
+# where it started (a relative error at least that of its own initialisation): the
+# collapse towards 0 that the restarts guard against.
+
+# %%
+single = refine(models, stage1[0], it2, cfg.b2, lam, rev_gen)  # (M, restarts, D)
+r_norm = true_mu.norm(dim=-1)[:, None]
+single_relerr = (single - true_mu[:, None]).norm(dim=-1) / r_norm
+start_relerr = (init - true_mu[:, None]).norm(dim=-1) / r_norm
+single_failed = (single_relerr >= start_relerr)[BD]
+single_fail = float(single_failed.float().mean())
+print(f"single runs on the backdoored models: {int(single_failed.sum())} of "
+      f"{single_failed.numel()} failed; relative error of the single runs "
+      f"{float(single_relerr[BD].min()):.2f}-{float(single_relerr[BD].max()):.2f}, "
+      f"of TERD with the selection {float(results['TERD']['relerr'][BD].mean()):.2f}")
+
+# %% [markdown]
 # ## Claims
 #
-# Thresholds were fixed on seeds 0 and 3 of a first run of this design, before the
-# sweep over seeds 0-9; each line says what it rests on. Paper claims first, then
-# checks that must hold if the code is right. The two detection claims were re-cut
-# after that sweep, because as first written they compared TERD with a bar alone (a
-# min(TPR, TNR) of 0.99, which the untouched initialisation nearly reaches too, and a
-# separation of 3): each now compares TERD with what it must beat, with bars set on
-# that sweep, and seeds 10-19 were run afterwards as a fresh test.
+# Every paper claim compares TERD with something it must beat, on the backdoored
+# models. The first is *doing nothing*: the untouched starting trigger
+# $-\mathcal U[0,1)^d$, which already points roughly along a BadDiffusion trigger
+# (both are negative almost everywhere) and already passes most of input detection;
+# TERD is compared with it on every measure. The second is Elijah, the earlier
+# trigger-inversion defence, on the attack and on input detection. The plain-loss
+# ablation is used only where it is a fair one, model detection: on reversion
+# accuracy it ends worse
+# than its own start (a denoising loss is lowest near $\mu = 0$), so beating it there
+# would say nothing. Input detection is scored by the exact error rates of Eq. 8's
+# test for each reversed trigger (Eq. 9's route), not by counting 2000 draws, whose
+# noise is larger than the errors at our trigger norm; a check confirms that the two
+# agree. The counted rates are kept for a finding on the paper's 100 %.
+#
+# The thresholds were fixed before any seed of this version was run, from the
+# numbers of the earlier version, and then seeds 0-19 were run once; each line says
+# what it rests on. Earlier versions of this chapter compared
+# TERD's relative error with the plain loss's and its input-detection rate with
+# Elijah's alone, and stated a cosine bar that Elijah passes too; doing nothing passed
+# three of those, so they were replaced by the comparisons below.
 
 # %% tags=["thresholds"]
-C_RELERR_RATIO = 0.75  # rel. error TERD / plain loss, backdoored mean; set a priori
-C_COS = 0.9  # cos(TERD, r), backdoored mean; first run 0.96-0.97
-C_MSE_VS_ELIJAH = 0.7  # target MSE from TERD / from Elijah; first run 0.25
-# min(TPR, TNR) over the backdoored models, TERD minus Elijah, must be > 0; sweep of
-# seeds 0-9: 0.02-0.13 (the paper reports TERD's rates only: 1.00)
-C_INPUT_VS_ELIJAH = 0.0
-# separation (min backdoored / max benign M_r), TERD minus the plain loss; sweep of
-# seeds 0-9: 2.9-5.3. It implies TERD's own separation is at least 2
-C_SEP_VS_PLAIN = 2.0
+# Paper claims: means over the backdoored models. Bars set before any run of these
+# comparisons, from the earlier version's runs (seed 0: rel. error 0.33 vs 0.64,
+# cosine 0.96 vs 0.78, target MSE 0.09 vs 0.27 vs Elijah's 0.39), with wide margins
+C_RELERR_VS_NOTHING = 0.8  # rel. error TERD / doing nothing; earlier runs: ~0.5
+C_COS_VS_NOTHING = 0.08  # cos(TERD, r) minus cos(start, r); earlier runs: ~0.18
+C_MSE_VS_NOTHING = 0.9  # target MSE TERD / doing nothing; earlier runs: ~0.35
+C_MSE_VS_ELIJAH = 0.7  # target MSE TERD / Elijah; earlier sweep of 0-9: 0.17-0.36
+C_ERR_VS_NOTHING = 0.8  # exact error of Eq. 8, TERD / doing nothing; no earlier run
+C_ERR_VS_ELIJAH = 0.5  # exact error of Eq. 8, TERD / Elijah; no earlier run
+C_SEP_VS_PLAIN = 2.0  # separation TERD minus plain loss; earlier sweep of 0-9: 2.9-5.3
+C_SEP_VS_NOTHING = 2.0  # separation TERD minus doing nothing; the bar of C_SEP_VS_PLAIN
 C_ATTACK = 0.25  # target MSE from eps + r, backdoored models; first run 0.02-0.12
 C_BENIGN_MISS = 0.4  # target MSE from eps + r_1 on benign models; first run 0.6-0.7
 # max L(r) / L(0), backdoored; first run 0.62-0.68 (own noise each). It was 0.85
-# until seed 9 of the sweep measured 0.89: the check says "lower at the trigger
+# until seed 9 of a sweep measured 0.89: the check says "lower at the trigger
 # than at 0", and 0.95 keeps a margin below 1 without the first run's guess
 C_GEOM = 0.95
 C_FLAT = 0.9  # min L(r) / L(0) of the benign models; first run 1.02-1.11
 C_CANCEL = 1e-3  # Eq. 4 for a model that knows its image: exactly 0 up to rounding
 C_BAYES = 0.01  # |TPR, TNR with the true trigger - Phi(||r|| / 2)|, 2000 draws
+C_EXACT = 0.01  # |counted - exact min(TPR, TNR)| for TERD's triggers, 2000 draws
+# the paper's verdict follows icmlbook.verdicts' rule, fixed before the final sweep
 
 # %% [markdown]
 # Eq. 4's cancellation, checked on a model that knows its image: an oracle that
@@ -891,7 +960,7 @@ class KnowsItsImage(nn.Module):
     M = 1
 
 
-oracle_gen = torch.Generator().manual_seed(seed + 29)
+oracle_gen = run.generator("oracle")
 y0, k0 = torch.randn(D, generator=oracle_gen), torch.randn(D, generator=oracle_gen)
 oracle = KnowsItsImage(y0, 0.0, k0)
 x_y = y0.expand(1, 1, 32, D)
@@ -904,40 +973,63 @@ print(f"Eq. 4 for the oracle: {cancel:.2e}; plain loss: {plain_at_oracle:.2f}")
 
 # %%
 res = {k: {kk: vv[BD] for kk, vv in v.items()} for k, v in results.items()}
-relerr_ratio = float(res["TERD"]["relerr"].mean() /
-                     res["plain loss (ablation)"]["relerr"].mean())
-mse_vs_elijah = float(res["TERD"]["mse"].mean() / res["Elijah"]["mse"].mean())
-input_terd = float(torch.minimum(res["TERD"]["tpr"], res["TERD"]["tnr"]).min())
-input_elijah = float(torch.minimum(res["Elijah"]["tpr"], res["Elijah"]["tnr"]).min())
+terd, nothing, el = res["TERD"], res["doing nothing"], res["Elijah"]
+relerr_vs_nothing = float(terd["relerr"].mean() / nothing["relerr"].mean())
+cos_vs_nothing = float(terd["cos"].mean() - nothing["cos"].mean())
+mse_vs_nothing = float(terd["mse"].mean() / nothing["mse"].mean())
+mse_vs_elijah = float(terd["mse"].mean() / el["mse"].mean())
+err_vs_nothing = float(terd["err"].mean() / nothing["err"].mean())
+err_vs_elijah = float(terd["err"].mean() / el["err"].mean())
+input_counted = {k: float(torch.minimum(v["tpr"], v["tnr"]).min())
+                 for k, v in res.items()}
+exact_gap = float((input_counted["TERD"] - (1 - terd["err"].max())).abs())
 norm_r = TRIGGERS.norm(dim=-1)
 bayes = Phi(norm_r / 2).float()
 bayes_err = float(torch.maximum((res["true trigger"]["tpr"] - bayes).abs(),
                                 (res["true trigger"]["tnr"] - bayes).abs()).max())
 geom_ratio = float((L_r[BD] / L_zero[BD]).max())
 flat_ratio = float((L_r[BENIGN] / L_zero[BENIGN]).min())
+NOTHING = "doing nothing: the untouched starting trigger -U[0,1), same models"
 
-run.claim("reversed trigger: rel. error TERD / plain loss", relerr_ratio, "<=",
-          C_RELERR_RATIO, "The two-noise difference (Eq. 4) recovers the trigger "
-          "much more accurately than the plain denoising loss", versus="ablation",
-          against="the same two stages, restarts and budget with the plain "
-          "denoising loss")
-run.claim("reversed trigger: cosine with r", float(res["TERD"]["cos"].mean()), ">=",
-          C_COS, "TERD's reversed trigger points along the true one", versus="ablation",
-          against="plain denoising loss (its cosine is reported)")
-run.claim("attack reproduced: target MSE TERD / Elijah", mse_vs_elijah, "<=",
+# %%
+run.claim("reversed trigger: rel. error, TERD / doing nothing", relerr_vs_nothing,
+          "<=", C_RELERR_VS_NOTHING, "TERD's reversion ends much closer to the true "
+          "trigger than where it started", versus="baseline", against=NOTHING,
+          strength="superiority", provenance="calibrated")
+run.claim("reversed trigger: cosine with r, TERD minus doing nothing",
+          cos_vs_nothing, ">=", C_COS_VS_NOTHING, "TERD's reversion turns towards "
+          "the true trigger", versus="baseline", against=NOTHING,
+          strength="superiority", provenance="calibrated")
+run.claim("attack reproduced: target MSE, TERD / doing nothing", mse_vs_nothing,
+          "<=", C_MSE_VS_NOTHING, "Noise shifted by TERD's trigger reproduces the "
+          "target better than noise shifted by the starting trigger",
+          versus="baseline", against=NOTHING, strength="superiority",
+          provenance="calibrated")
+run.claim("attack reproduced: target MSE, TERD / Elijah", mse_vs_elijah, "<=",
           C_MSE_VS_ELIJAH, "Noise shifted by TERD's trigger reproduces the target "
           "better than noise shifted by Elijah's", versus="baseline",
-          against="Elijah (Eq. 7), same models and initialisation")
-run.claim("input detection: min(TPR, TNR), TERD minus Elijah",
-          input_terd - input_elijah, ">", C_INPUT_VS_ELIJAH,
-          "In the likelihood-ratio test (Eq. 8), TERD's trigger flags poisoned noise "
-          "and passes clean noise more reliably than Elijah's", versus="baseline",
-          against="Elijah's trigger in the same test, same models and noises")
+          against="Elijah (Eq. 7), same models and initialisation",
+          strength="superiority", provenance="calibrated")
+run.claim("input detection: exact error, TERD / doing nothing", err_vs_nothing, "<=",
+          C_ERR_VS_NOTHING, "Eq. 8's test with TERD's trigger errs less often than "
+          "with the starting trigger", versus="baseline",
+          against=NOTHING, strength="superiority", provenance="a priori")
+run.claim("input detection: exact error, TERD / Elijah", err_vs_elijah, "<=",
+          C_ERR_VS_ELIJAH, "Eq. 8's test with TERD's trigger errs less often than "
+          "with Elijah's", versus="baseline",
+          against="Elijah's trigger in the same test, same models",
+          strength="superiority", provenance="a priori")
 run.claim("model detection: separation, TERD minus plain loss",
           separation - separation_plain, ">=", C_SEP_VS_PLAIN,
           "TERD's M_r (Eq. 10) puts every backdoored model well above every benign "
           "one, and the two-noise difference is what makes it do so", versus="ablation",
-          against="the plain denoising loss, same two stages and statistic")
+          against="the plain denoising loss, same two stages and statistic",
+          strength="superiority", provenance="calibrated")
+run.claim("model detection: separation, TERD minus doing nothing",
+          separation - separation_init, ">=", C_SEP_VS_NOTHING,
+          "TERD's M_r separates backdoored from benign models, which the starting "
+          "trigger's does not", versus="baseline", against=NOTHING,
+          strength="superiority", provenance="calibrated")
 run.check("attack premise: target MSE from eps + r", float(mse_true[BD].max()), "<=",
           C_ATTACK, "the fine-tuned models really are backdoored")
 run.check("benign models miss the target", float(mse_true[BENIGN].min()), ">=",
@@ -950,15 +1042,67 @@ run.check("Eq. 4 cancels a known image", cancel, "<=", C_CANCEL,
           "an oracle that knows its image has reversed loss 0", digits=2)
 run.check("true trigger vs Bayes bound Eq. 9", bayes_err, "<=", C_BAYES,
           "the test with r achieves Phi(||r|| / 2)")
+run.check("counted vs exact rates, TERD", exact_gap, "<=", C_EXACT,
+          "2000 + 2000 draws agree with Eq. 9's route for TERD's triggers");
+
+# %% [markdown]
+# Then the findings: what the paper states and we measure without claiming it, each
+# in the direction the paper states it; and the paper's headline claims, each with the
+# claims and findings that test it. The verdict below grades them by the rule named in
+# the thresholds cell.
+
+# %%
+run.finding("input detection: TERD's counted min(TPR, TNR)", input_counted["TERD"],
+            ">=", 1.0, paper="TERD secures a 100% True Positive Rate (TPR) and True "
+            "Negative Rate (TNR)", shows="the lower of TPR and TNR on 2000 poisoned "
+            "and 2000 clean noises, worst backdoored model; the Bayes bound of Eq. 9 "
+            "keeps even the true trigger from 100 % on some draws")
+run.finding("model detection: separation, TERD minus Elijah",
+            separation - separation_elijah, ">", 0.0, paper="an accessible reversed "
+            "loss that overcomes the limits of earlier trigger inversion (Elijah)",
+            shows="whether TERD's M_r separates backdoored from benign models more "
+            "widely than Elijah's, whose benign reversions shrink to 0")
+run.finding("one run per model: share of failed reversions", single_fail, "<=", 0.0,
+            paper="the two-stage reversion, run once per model", shows="the share of "
+            "single runs (one initialisation, no restarts) whose trigger ends no "
+            "closer to r than its start")
+run.headline("trigger reversion", "an accessible reversed loss; a trigger reversion "
+             "strategy: an initial approximation of the trigger through noise sampled "
+             "from a prior distribution, followed by refinement through differential "
+             "multi-step samplers", "Abstract; Sec. 3",
+             claims=["reversed trigger: rel. error, TERD / doing nothing",
+                     "reversed trigger: cosine with r, TERD minus doing nothing",
+                     "attack reproduced: target MSE, TERD / doing nothing",
+                     "attack reproduced: target MSE, TERD / Elijah"],
+             findings=["one run per model: share of failed reversions"])
+run.headline("input detection", "the first backdoor input detection approach for "
+             "diffusion models; TERD secures a 100% True Positive Rate (TPR) and True "
+             "Negative Rate (TNR) across datasets of varying resolutions",
+             "Abstract; input-detection tables",
+             claims=["input detection: exact error, TERD / doing nothing",
+                     "input detection: exact error, TERD / Elijah"],
+             findings=["input detection: TERD's counted min(TPR, TNR)"])
+run.headline("model detection", "a novel model detection algorithm that calculates "
+             "the KL divergence between reversed and benign distributions",
+             "Abstract; model-detection tables",
+             claims=["model detection: separation, TERD minus plain loss",
+                     "model detection: separation, TERD minus doing nothing"],
+             findings=["model detection: separation, TERD minus Elijah"])
+run.headline("SDE-based models", "TERD also demonstrates nice adaptability to other "
+             "Stochastic Differential Equation (SDE)-based models", "Abstract",
+             testable=False, why="only DDPMs backdoored by BadDiffusion are built "
+             "here; an SDE model family and its attacks are out of this budget")
 run.metric("relerr", {k: float(v["relerr"].mean()) for k, v in res.items()
                       if "relerr" in v})
 run.metric("cos", {k: float(v["cos"].mean()) for k, v in res.items() if "cos" in v})
 run.metric("target_mse", {k: float(v["mse"].mean()) for k, v in res.items()
                           if "mse" in v} | {"true trigger": float(mse_true[BD].mean())})
-run.metric("input_min_rate", {k: float(torch.minimum(v["tpr"], v["tnr"]).min())
-                              for k, v in res.items()})
-run.metric("separation", dict(TERD=separation, Elijah=separation_elijah,
-                              plain=separation_plain))
+run.metric("input_min_rate", input_counted)
+run.metric("exact_error", {k: float(v["err"].max()) for k, v in res.items()
+                           if "err" in v})
+run.metric("separation", {"TERD": separation, "Elijah": separation_elijah,
+                          "plain": separation_plain, "doing nothing": separation_init})
+run.metric("single_run", dict(failed=single_fail, relerr=single_relerr[BD].tolist()))
 run.metric("threshold_Mr", threshold)
 run.metric("geometry", dict(L_init_over_L_r=(L_init[BD] / L_r[BD]).tolist(),
                             ray_argmin=ray_argmin[BD].tolist(),
@@ -973,49 +1117,20 @@ run.verdict()
 #
 # One run is one seed: a fresh benign model, fresh fine-tuned copies and fresh
 # reversions. The table and strip plot below read this chapter's results file, made by
-# `icmlbook sweep 11 --seeds 0-9 --update-results`: every claim and check over seeds
-# 0-9 at the default tier, with the number of seeds on which it holds and its worst
-# margin.
+# `icmlbook sweep 11 --seeds 0-19 --update-results`: every claim, check and finding
+# over the calibration seeds 0-9 and, apart, the confirmation seeds 10-19 at the
+# default tier, with the number of seeds on which each holds and its worst margin.
 
 # %%
 across = icmlbook.across_seeds(run)
 
 # %% [markdown]
-# Every paper claim and every check holds on every seed. One bar changed after a
-# failure: the depth of the refinement loss's valley, $L(r)/L(0)$ for every backdoored
-# model, was first required to be at most 0.85 and measured 0.89 on one seed; it is
-# now at most 0.95, what the check means (the loss is lower at the trigger than at 0)
-# with a margin. The two detection claims were re-cut after that sweep (see Claims).
-#
-# ### Reported, not claimed: doing nothing
-#
-# The untouched initialisation $-\mathcal U[0,1)^d$ already points roughly along a
-# BadDiffusion trigger (both are negative almost everywhere). In the likelihood-ratio
-# test it scores:
-
-# %%
-noop = res["initialisation only"]
-input_noop = float(torch.minimum(noop["tpr"], noop["tnr"]).min())
-print(f"min(TPR, TNR): initialisation only {input_noop:.3f}; "
-      f"Elijah {input_elijah:.3f}; TERD {input_terd:.3f}")
-
-# %% [markdown]
-# ## What a broken defence does
-#
-# Each paper claim should fail for a wrong defence. The cheapest breaks at hand are
-# the plain-loss ablation, run through every claim as if it were the method, and for
-# model detection, which is measured against that ablation, no reversion at all (the
-# initialisation); the tests also break the sign of the $\ell_1$ term.
-
-# %%
-pl = res["plain loss (ablation)"]
-input_plain = float(torch.minimum(pl["tpr"], pl["tnr"]).min())
-print(f"plain loss as the method: cos {float(pl['cos'].mean()):.3f} (>= {C_COS}); "
-      f"target MSE / Elijah {float(pl['mse'].mean() / res['Elijah']['mse'].mean()):.2f}"
-      f" (<= {C_MSE_VS_ELIJAH}); min(TPR, TNR) minus Elijah's "
-      f"{input_plain - input_elijah:.3f} (> {C_INPUT_VS_ELIJAH})")
-print(f"no reversion (the initialisation) as the method: separation minus the plain "
-      f"loss's {separation_init - separation_plain:.1f} (>= {C_SEP_VS_PLAIN})")
+# One bar changed after a failure, on a check: the depth of the refinement loss's
+# valley, $L(r)/L(0)$ for every backdoored model, was first required to be at most
+# 0.85 and measured 0.89 on one seed; it is now at most 0.95, what the check means
+# (the loss is lower at the trigger than at 0) with a margin. The three findings are
+# where the paper's statements meet our scale: the counted 100 %, the edge over
+# Elijah in model detection, and the single run.
 
 # %% [markdown]
 # ## Explore
@@ -1041,7 +1156,7 @@ SNAPSHOTS = torch.stack(history)[:, :, 0]  # (iterations + 1, M, D)
 @functools.lru_cache(maxsize=64)
 def widget_generations(k, sampler):
     """Three generations from clean and three from triggered noise, every model."""
-    g = torch.Generator().manual_seed(seed + 41)
+    g = run.generator("widget generations")
     x = torch.randn(M, 6, D, generator=g)
     x[:, 3:] += SNAPSHOTS[k][:, None]
     out = generate(models, x, sampler, g)
@@ -1051,7 +1166,7 @@ def widget_generations(k, sampler):
 @functools.lru_cache(maxsize=32)
 def widget_stage1(lam_w):
     """A short stage 1 (Eq. 5) with weight lam_w, first restart, every model: (M, D)."""
-    g = torch.Generator().manual_seed(seed + 47)
+    g = run.generator("widget stage 1")
     return estimate(models, init[:, :1], cfg.widget_it1, cfg.b1, lam_w, g)[:, 0]
 
 
@@ -1086,7 +1201,7 @@ def update(model, iteration, sampler, trigger_norm, lam):
     e1 = r_s / r_s.norm()
     e2 = mu_s - (mu_s @ e1) * e1
     e2 = e2 / e2.norm().clamp_min(1e-9)
-    g = torch.Generator().manual_seed(seed + 43)
+    g = run.generator("widget noise")
     for shift, lab, c in ((0, "clean noise", "0.6"), (1, "poisoned noise", "0.1")):
         x = torch.randn(300, D, generator=g) + shift * r_s
         ax.scatter(x @ e1, x @ e2, s=3, color=c, label=lab)
@@ -1127,36 +1242,157 @@ icmlbook.explore(update, controls, run=run)
 # | data, models | CIFAR-10, CelebA-HQ; DDPM U-Nets; BadDiffusion, TrojDiff (and others) | 8×8 digits; residual-MLP DDPMs, $T = 100$; BadDiffusion only, fine-tuned at a high poison rate |
 # | triggers, targets | BadDiffusion boxes and stop signs; hat, shoe, corner targets | boxes on a $-1$ background; an X, a corner and a frame |
 # | reversion | Eq. 5 (3000 it.), then Eq. 6 (1000 it.) through a 10-step DDIM, one run | the same equations, shorter (`it1`, `refine_iters`), best of `restarts` stage-1 runs |
-# | input detection | Eq. 8, 100 % TPR and TNR | Eq. 8 against the Bayes bound Eq. 9 |
+# | input detection | Eq. 8, 100 % TPR and TNR | Eq. 8, scored by its exact error rates and against the Bayes bound Eq. 9 |
 # | model detection | Eq. 10, threshold not given in the code | Eq. 10, threshold from the benign models |
-# | baseline | Elijah and others | Elijah (Eq. 7), the plain-loss ablation, the untouched initialisation |
+# | baselines | Elijah and others | doing nothing (the starting trigger), Elijah (Eq. 7), the plain-loss ablation |
 #
-# What reproduces: the reversed trigger points along the true one and reproduces the
-# attack, better than Elijah's; the difference form of Eq. 4 is what makes it accurate;
-# input detection is near perfect and model detection separates the backdoored models.
-# What does not: TERD's edge over Elijah in model detection. Elijah's trigger
-# separates backdoored from benign models about as well (the separation ratios are
-# printed under "Model detection"), because on a benign model its loss pulls the
-# trigger to 0; the model-detection claim compares TERD with its plain-loss
-# ablation, and Elijah's separation is reported.
-# What to read with care: near-perfect input detection is a property of the trigger's
-# norm (Eq. 9), and even the untouched initialisation passes most of it; the
-# refinement stage moves the trigger little at our scale (its gradient is clipped),
-# and we keep the best of several stage-1 runs rather than trusting one. Our
-# backdoors are less stealthy than the paper's (the high poison rate pulls clean
-# generations towards the target), which may make them easier to find. We did not
-# reproduce TrojDiff (where $\gamma < 1$ must be reversed too), the SDE models or the
-# paper's image sizes.
+# **Paper coverage.** The paper's main results, and what tests each here:
 #
+# | the paper's result | here |
+# |---|---|
+# | trigger reversion (the reversed loss, two stages; reversed-trigger figures) | claims on relative error and cosine against doing nothing, target MSE against doing nothing and Elijah; finding on the single run |
+# | input detection, 100 % TPR and TNR (BadDiffusion and TrojDiff tables) | claims on the exact error against doing nothing and Elijah; finding on the counted 100 %; BadDiffusion only |
+# | model detection by KL (tables) | claims on the separation against the plain loss and doing nothing; finding against Elijah |
+# | TrojDiff attacks ($\gamma < 1$) | out of scope: $\gamma$ is not reversed here (exercise 3 works out what Eq. 10 makes of it) |
+# | SDE-based models | out of scope: no SDE model family is built here (headline marked not testable) |
+# | CelebA-HQ and other resolutions, runtime | out of scope: 8×8 images only, and CPU seconds at this size say nothing about the paper's costs |
+#
+# What reproduces at our scale is printed with the claims: TERD's reversed trigger
+# beats doing nothing on every measure, its attack beats Elijah's, input detection
+# errs less than with the starting trigger or Elijah's trigger, and the two-noise
+# difference of Eq. 4 is what makes model detection separate the models. What does
+# not, or only in part, is recorded as findings: the counted 100 % of the paper is a
+# property of the trigger's norm (Eq. 9), which caps even the true trigger on some
+# draws; Elijah's trigger separates backdoored from benign models more widely than
+# TERD's on almost every seed, because on a benign model its loss pulls the trigger
+# to 0 (and it points along $r$ as well as TERD's does; it is only too short, which is
+# what the attack and input detection punish); and one run per
+# model, the paper's protocol, does not always find the trigger at this budget, which
+# is why we keep the best of several stage-1 runs. The verdict is printed with the
+# claims. What to read with care: the refinement stage moves the trigger little at
+# our scale (its gradient is clipped), so what is measured is mostly stage 1 and the
+# selection among its restarts; a longer reversion, as in the paper, did not fit the
+# default budget. Our backdoors are less stealthy than the paper's (the high poison
+# rate pulls clean generations towards the target), which may make them easier to
+# find. We did not reproduce TrojDiff (where $\gamma < 1$ must be reversed too), the
+# SDE models or the paper's image sizes.
+
+# %% [markdown]
 # ## Exercises
 #
-# 1. **A weaker trigger.** Scale the triggers to $\|r\| = 4$ and retrain: how close do
-#    TERD's TPR and TNR stay to $\Phi(2) \approx 0.977$?
-# 2. **The sign.** Flip the sign of the $\ell_1$ term and raise $\lambda$ to $10^{-2}$.
-#    What happens to the benign models' reversions and to model detection?
-# 3. **TrojDiff.** Add $\gamma$ to the reversion (clipped at 0) and backdoor a model
-#    with $\gamma = 0.6$. Does Eq. 10's $V_r$ now carry information that $M_r$ lacks?
+# Each exercise is followed by a worked solution (folded in the HTML book); the
+# solutions run in seconds on this run's models and change nothing above.
+
+# %% [markdown] tags=["exercise"]
+# **Exercise 1. A weaker trigger.** At $\|r\| = 4$ even the true trigger errs on
+# $\Phi(-2) \approx 2.3\,\%$ of the noises. Show that no reversed trigger $\hat\mu$
+# can do better in Eq. 8's test: $\min(\mathrm{TPR}, \mathrm{TNR}) \le
+# \Phi(\|r\|/2)$ for every $\hat\mu$. Then scale each backdoored model's trigger to
+# norm 4, with TERD's trigger scaled in proportion (as the widget does), and compare
+# its rates with the bound.
+
+# %% [markdown] tags=["solution"]
+# :::{dropdown} Solution to exercise 1
+# By Eq. 9's route, with $m = \|\hat\mu\|$ and $\rho = r^\top\hat\mu / m \le \|r\|$
+# (Cauchy-Schwarz), $\mathrm{TNR} = \Phi(m/2)$ and $\mathrm{TPR} = \Phi(\rho - m/2)
+# \le \Phi(\|r\| - m/2)$. Since $\Phi$ increases,
 #
+# $$\min(\mathrm{TPR}, \mathrm{TNR}) \le \Phi\big(\min(m/2,\ \|r\| - m/2)\big) \le
+#   \Phi(\|r\|/2),$$
+#
+# because the smaller of two numbers that sum to $\|r\|$ is at most half of it.
+# Equality needs $\hat\mu$ along $r$ ($\rho = \|r\|$) and of the same length
+# ($m = \|r\|$): the test is only as good as the trigger's norm allows, whatever the
+# defence. The code scales each trigger to norm 4 and prints TERD's exact rates
+# against $\Phi(2)$; they stay below it, by how much depending on the angle and the
+# length of the reversed trigger. The check asserts the bound on every backdoored model.
+# :::
+
+# %% tags=["solution", "hide-cell"]
+S_SLACK = 1e-9  # the bound holds exactly; allow only float rounding
+
+scale = 4.0 / TRIGGERS.norm(dim=-1, keepdim=True)
+tpr_4, tnr_4 = rates_closed_form(reversed_["TERD"][BD] * scale, TRIGGERS * scale)
+bound_4 = float(Phi(2.0))
+for m in range(N_BD):
+    print(f"{names[m]}: TPR {float(tpr_4[m]):.4f}, TNR {float(tnr_4[m]):.4f}; "
+          f"bound Phi(2) = {bound_4:.4f}")
+icmlbook.solution_check("max over models of min(TPR, TNR) minus Phi(||r|| / 2)",
+                        float(torch.minimum(tpr_4, tnr_4).max()) - bound_4, "<=",
+                        S_SLACK)
+
+# %% [markdown] tags=["exercise"]
+# **Exercise 2. The sign.** Flip the sign of the $\ell_1$ term of Eq. 5 and raise
+# $\lambda$ to $10^{-2}$. Run a short stage 1 (one restart, `widget_it1` iterations)
+# with each sign. What happens to the length of the reversed triggers, and to model
+# detection's separation?
+
+# %% [markdown] tags=["solution"]
+# :::{dropdown} Solution to exercise 2
+# With the paper's sign the objective is $\mathcal L - \lambda\|\mu\|_1$: each SGD step
+# adds $\eta\lambda\,\mathrm{sign}(\mu_i)$ to $|\mu_i|$, a push away from 0. Flipping
+# the sign turns it into an $\ell_1$ penalty, a pull towards 0 of the same size. Both
+# runs below use the same initialisation and the same draws, so the only difference is
+# that push. The flipped reversions come out shorter, on the benign models (which
+# have nothing to find and follow the pull) and on the backdoored ones. The printout
+# gives both separations (smallest backdoored over largest benign $M_r$): shrinking
+# every trigger is not what the paper's sign is for; it keeps stage 1 from the trivial
+# answer $\mu = 0$, where every model predicts its input noise well. The check
+# asserts that the flipped reversions of the backdoored models are shorter.
+# :::
+
+# %% tags=["solution", "hide-cell"]
+S_SHORTER = 1.0  # flipped / paper's sign, mean norm of the backdoored reversions
+
+
+def short_stage1(lam_):
+    """A short stage 1 from the first initialisation, same draws for every lam_."""
+    g = run.generator("exercise 2")
+    return estimate(models, init[:, :1], cfg.widget_it1, cfg.b1, lam_, g)[:, 0]
+
+
+mu_paper, mu_flipped = short_stage1(1e-2), short_stage1(-1e-2)
+for label, mu_ in (("paper's sign", mu_paper), ("flipped sign", mu_flipped)):
+    kl_ = kl_stats(mu_)[0]
+    print(f"{label}: mean norm, backdoored {float(mu_[BD].norm(dim=-1).mean()):.2f}, "
+          f"benign {float(mu_[BENIGN].norm(dim=-1).mean()):.2f}; separation "
+          f"{float(kl_[BD].min() / kl_[BENIGN].max()):.2f}")
+icmlbook.solution_check("mean norm of backdoored reversions, flipped / paper's sign",
+                        float(mu_flipped[BD].norm(dim=-1).mean()
+                              / mu_paper[BD].norm(dim=-1).mean()), "<", S_SHORTER)
+
+# %% [markdown] tags=["exercise"]
+# **Exercise 3. TrojDiff.** TrojDiff's poisoned noise is $\mathcal N(\mu, \gamma^2 I)$
+# with $\gamma = 0.6$ and $\mu = (1 - \gamma)\, g$ for a trigger image $g$. Without
+# training anything: what are Eq. 10's $M_r$ and $V_r$ for the true $(\mu, \gamma)$,
+# with one of our box triggers as $g$, and for a shrink alone ($\gamma = 0.6$,
+# $\mu = 0$)? Does $V_r$ carry information that $M_r$ lacks?
+
+# %% [markdown] tags=["solution"]
+# :::{dropdown} Solution to exercise 3
+# Per pixel, $\mathrm{KL}_i = -\log\gamma + \frac12(\gamma^2 + \mu_i^2 - 1)$. A shrink
+# alone gives the same value on every pixel, $-\log 0.6 + \frac12(0.36 - 1)$, about
+# 0.19: $M_r$ is that value and $V_r = 0$. A uniform $\gamma$ moves only the mean, so
+# $V_r$ is blind to it. With $\mu = 0.4\, g$ for a box trigger, the background pixels
+# ($g_i = -1$) add $\frac12 (0.4)^2 = 0.08$ and the box pixels add nothing: $V_r$ is
+# now positive, and it measures how *patterned* the shift is, which $M_r$ (its size)
+# does not. A trigger spread evenly over the pixels would have $V_r = 0$ at any $M_r$;
+# a small patch on a zero background has a large $V_r$ for a small $M_r$. The code
+# evaluates both cases with `kl_stats` and checks the shrink alone's $V_r$.
+# :::
+
+# %% tags=["solution", "hide-cell"]
+S_FLAT = 1e-12  # V_r of a uniform shrink: zero up to float rounding
+
+gamma = torch.full((2, D), 0.6)
+mu_troj = torch.stack([0.4 * TRIGGERS[0], torch.zeros(D)])
+m_r, v_r = kl_stats(mu_troj, gamma)
+print(f"TrojDiff with a box trigger: M_r {float(m_r[0]):.4f}, V_r {float(v_r[0]):.5f}")
+print(f"shrink alone (gamma 0.6, mu 0): M_r {float(m_r[1]):.4f}, "
+      f"V_r {float(v_r[1]):.2e}")
+icmlbook.solution_check("V_r of a uniform shrink", float(v_r[1]), "<=", S_FLAT)
+
+# %% [markdown]
 # ## References
 #
 # - Y. Mo, H. Huang, M. Li, A. Li, Y. Wang. TERD: A Unified Framework for Safeguarding

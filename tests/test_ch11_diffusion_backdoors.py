@@ -8,7 +8,6 @@ import torch
 from helpers import chapter_defs
 
 ch = chapter_defs("ch11_diffusion_backdoors")
-ch.seed = 0  # the chapter's parameter, used by reverse_trigger's fixed noise
 
 
 def gen(seed):
@@ -182,8 +181,10 @@ def test_kl_stats_closed_form():
 
 
 def test_thresholds_are_the_chapters():
-    assert 0 < ch.C_RELERR_RATIO < 1 and 0 < ch.C_MSE_VS_ELIJAH < 1
-    assert ch.C_INPUT_VS_ELIJAH >= 0 and ch.C_SEP_VS_PLAIN >= 1 and ch.C_COS > 0.5
+    for ratio in (ch.C_RELERR_VS_NOTHING, ch.C_MSE_VS_NOTHING, ch.C_MSE_VS_ELIJAH,
+                  ch.C_ERR_VS_NOTHING, ch.C_ERR_VS_ELIJAH):
+        assert 0 < ratio < 1  # superiority: TERD strictly better than the comparison
+    assert ch.C_COS_VS_NOTHING > 0 and ch.C_SEP_VS_PLAIN >= 1 and ch.C_SEP_VS_NOTHING >= 1
     assert float(ch.Phi(-math.sqrt(55) / 2)) < 1e-3  # the Bayes error at our norm
 
 
@@ -192,7 +193,7 @@ def test_thresholds_are_the_chapters():
 @pytest.fixture(scope="module")
 def trained():
     """A benign model and two fine-tuned copies (one backdoored), smaller than the
-    default tier but with a working backdoor."""
+    default tier but with a working backdoor: (bank, trigger, target)."""
     torch.manual_seed(0)
     g = gen(0)
     digits = ch.load_digits()
@@ -204,63 +205,114 @@ def trained():
     targ = torch.stack([ch.targets()[1], torch.zeros(ch.D)])
     ch.train_bank(bank, digits, 1000, 96, ch.LR_FT, torch.tensor([0.7, 0.0]), trig,
                   targ, g)
-    return bank, trig[0]
+    return bank, trig[0], targ[0]
 
 
-def input_rate(mu, r):
-    """min(TPR, TNR) of the likelihood-ratio test with trigger mu, attack r."""
-    g = gen(9)
-    xp = torch.randn(2000, ch.D, generator=g) + r
-    xc = torch.randn(2000, ch.D, generator=g)
-    return min(float(ch.flag(xp, mu).float().mean()),
-               float(1 - ch.flag(xc, mu).float().mean()))
-
-
-def separation(mu):
-    """M_r of model 0 (backdoored) over M_r of model 1 (benign)."""
-    kl = ch.kl_stats(mu)[0]
-    return float(kl[0] / kl[1])
-
-
-def reversion_claims(bank, mu, r, elijah_mu, plain_mu):
-    """The chapter's reversion and detection claims for reversed triggers mu (2, D):
-    model 0 backdoored with trigger r, model 1 benign, against Elijah's and the plain
-    loss's triggers."""
-    cos = float(torch.nn.functional.cosine_similarity(mu[0], r, dim=0))
-    return {"cos": cos >= ch.C_COS,
-            "input": input_rate(mu[0], r) - input_rate(elijah_mu[0], r)
-            > ch.C_INPUT_VS_ELIJAH,
-            "separation": separation(mu) - separation(plain_mu) >= ch.C_SEP_VS_PLAIN}
+def reverse(bank, init, lam=5e-5, loss=None):
+    """TERD's two stages (or the plain-loss ablation) with the tests' budget."""
+    kw = {} if loss is None else {"loss": loss}
+    return ch.reverse_trigger(bank, init, gen(7), lambda: gen(17), lam, 300, 30, 8, 8,
+                              **kw)
 
 
 @pytest.fixture(scope="module")
 def references(trained):
-    """Elijah's and the plain loss's reversions, from the tests' initialisation."""
-    bank, _ = trained
+    """The starting triggers (doing nothing), Elijah's and the plain loss's reversions
+    from the tests' initialisation, and TERD's."""
+    bank, _, _ = trained
     init = -torch.rand(2, 4, ch.D, generator=gen(5))
-    plain = ch.reverse_trigger(bank, init, gen(7), 5e-5, 300, 30, 8, 8,
-                               loss=ch.plain_loss)
-    return init, ch.elijah(bank, init[:, 0], 100, gen(8)), plain
+    return dict(init=init, nothing=init[:, 0], elijah=ch.elijah(bank, init[:, 0], 100, gen(8)),
+                plain=reverse(bank, init, loss=ch.plain_loss), terd=reverse(bank, init))
+
+
+def measures(bank, mu, r, y):
+    """The chapter's measures of reversed triggers mu (2, D) on model 0 (backdoored
+    with trigger r, target y) and model 1 (benign)."""
+    noise = torch.randn(1, 64, ch.D, generator=gen(1))
+    x = ch.generate(bank, (noise + mu[:, None]).expand(2, -1, -1).clone(), "ancestral",
+                    gen(3))
+    tpr, tnr = ch.rates_closed_form(mu[:1], r[None])
+    kl = ch.kl_stats(mu)[0]
+    return dict(relerr=float((mu[0] - r).norm() / r.norm()),
+                cos=float(torch.nn.functional.cosine_similarity(mu[0], r, dim=0)),
+                mse=float(((x[0] - y) ** 2).mean()),
+                err=float(1 - torch.minimum(tpr, tnr)[0]),
+                sep=float(kl[0] / kl[1]))
+
+
+def claims(trained, references, mu):
+    """Each paper claim of the chapter for reversed triggers mu, True where it holds."""
+    bank, r, y = trained
+    m = measures(bank, mu, r, y)
+    nothing = measures(bank, references["nothing"], r, y)
+    elijah = measures(bank, references["elijah"], r, y)
+    plain = measures(bank, references["plain"], r, y)
+    return {"relerr vs nothing": m["relerr"] / nothing["relerr"] <= ch.C_RELERR_VS_NOTHING,
+            "cos vs nothing": m["cos"] - nothing["cos"] >= ch.C_COS_VS_NOTHING,
+            "mse vs nothing": m["mse"] / nothing["mse"] <= ch.C_MSE_VS_NOTHING,
+            "mse vs elijah": m["mse"] / elijah["mse"] <= ch.C_MSE_VS_ELIJAH,
+            "err vs nothing": m["err"] / nothing["err"] <= ch.C_ERR_VS_NOTHING,
+            "err vs elijah": m["err"] / elijah["err"] <= ch.C_ERR_VS_ELIJAH,
+            "sep vs plain": m["sep"] - plain["sep"] >= ch.C_SEP_VS_PLAIN,
+            "sep vs nothing": m["sep"] - nothing["sep"] >= ch.C_SEP_VS_NOTHING}
+
+
+@pytest.fixture(scope="module")
+def shrunk(trained, references):
+    """The wrong sign of the l1 term with a large weight: mu is pulled to 0."""
+    return reverse(trained[0], references["init"], lam=-5e-2)
 
 
 @pytest.mark.slow
-def test_terd_holds_and_the_loss_geometry_is_right(trained, references):
-    bank, r = trained
-    init, elijah_mu, plain = references
+def test_terd_holds_every_paper_claim_and_the_loss_geometry_is_right(trained,
+                                                                    references):
+    bank, r, _ = trained
+    init = references["init"]
     probe = torch.stack([r.expand(2, ch.D), torch.zeros(2, ch.D), init[:, 0]], 1)
-    geom = ch.fixed_refine_loss(bank, probe, 64, 23)
+    geom = ch.fixed_refine_loss(bank, probe, 64, lambda: gen(23))
     assert geom[0, 0] < geom[0, 1] and geom[0, 0] < geom[0, 2]
-    mu = ch.reverse_trigger(bank, init, gen(7), 5e-5, 300, 30, 8, 8)
-    assert all(reversion_claims(bank, mu, r, elijah_mu, plain).values())
+    held = claims(trained, references, references["terd"])
+    assert all(held.values()), held
+
+
+# one broken defence per paper claim, each failing that claim
+@pytest.mark.slow
+def test_wrong_l1_sign_fails_relative_error_vs_doing_nothing(trained, references, shrunk):
+    assert not claims(trained, references, shrunk)["relerr vs nothing"]
 
 
 @pytest.mark.slow
-def test_broken_defences_fail_the_paper_claims(trained, references):
-    bank, r = trained
-    init, elijah_mu, plain = references
-    # the wrong sign of the l1 term with a large weight: mu is pulled to 0 ...
-    shrunk = ch.reverse_trigger(bank, init, gen(7), -5e-2, 300, 30, 8, 8)
-    # ... the plain denoising loss instead of Eq. 4, and no reversion at all
-    for broken in (plain, shrunk, init[:, 0]):
-        assert not all(reversion_claims(bank, broken, r, elijah_mu, plain).values())
-    assert not reversion_claims(bank, init[:, 0], r, elijah_mu, plain)["separation"]
+def test_lengthening_the_start_fails_cosine_vs_doing_nothing(trained, references):
+    # a "defence" that only rescales its starting trigger keeps its direction
+    assert not claims(trained, references, 2 * references["nothing"])["cos vs nothing"]
+
+
+@pytest.mark.slow
+def test_wrong_l1_sign_fails_target_mse_vs_doing_nothing(trained, references, shrunk):
+    assert not claims(trained, references, shrunk)["mse vs nothing"]
+
+
+@pytest.mark.slow
+def test_plain_loss_fails_target_mse_vs_elijah(trained, references):
+    assert not claims(trained, references, references["plain"])["mse vs elijah"]
+
+
+@pytest.mark.slow
+def test_wrong_l1_sign_fails_input_detection_vs_doing_nothing(trained, references,
+                                                             shrunk):
+    assert not claims(trained, references, shrunk)["err vs nothing"]
+
+
+@pytest.mark.slow
+def test_plain_loss_fails_input_detection_vs_elijah(trained, references):
+    assert not claims(trained, references, references["plain"])["err vs elijah"]
+
+
+@pytest.mark.slow
+def test_no_reversion_fails_model_detection_vs_plain_loss(trained, references):
+    assert not claims(trained, references, references["nothing"])["sep vs plain"]
+
+
+@pytest.mark.slow
+def test_plain_loss_fails_model_detection_vs_doing_nothing(trained, references):
+    assert not claims(trained, references, references["plain"])["sep vs nothing"]
