@@ -202,10 +202,10 @@ class Classifier(nn.Module):
         return self.g(self.f(x))
 
 
-def train_classifier(model, X, y, steps, lr=LR, batch=128, seed=0):
-    """Stage (i): minibatch Adam on the cross-entropy; returns the model in eval mode,
-    with any spectral normalisation baked into its weights (``bake_spectral_norm``)."""
-    gen = torch.Generator().manual_seed(seed)
+def train_classifier(model, X, y, steps, gen, lr=LR, batch=128):
+    """Stage (i): minibatch Adam on the cross-entropy, minibatches drawn from the torch
+    Generator ``gen``; returns the model in eval mode, with any spectral normalisation
+    baked into its weights (``bake_spectral_norm``)."""
     opt = icmlbook.Adam([p for p in model.parameters() if p.requires_grad], lr=lr)
     model.train()
     for _ in range(steps):
@@ -533,11 +533,9 @@ TOY_CENTER = np.array([0.5, 0.25], dtype=np.float32)  # centre of the two moons
 TOY_BOX = (-3.0, 4.0, -3.0, 3.5)
 
 
-def moons(n, seed, noise=0.1):
+def moons(n, rng, noise=0.1):
     """Two interleaved half circles, shuffled, plus Gaussian noise: scikit-learn's
-    `make_moons`, drawn in the same order from the same generator, so the points are
-    identical, without importing scikit-learn."""
-    rng = np.random.RandomState(seed)
+    `make_moons` construction, drawn from the NumPy Generator ``rng``."""
     n_out = n // 2
     n_in = n - n_out
     t_out, t_in = np.linspace(0, np.pi, n_out), np.linspace(0, np.pi, n_in)
@@ -566,11 +564,11 @@ def far_grid(X_train, n, min_dist=1.0, box=TOY_BOX):
     return G[dist > min_dist], G, dist
 
 
-X_tr, y_tr = moons(cfg.n_toy, seed)
-X_va, y_va = moons(cfg.n_toy // 2, seed + 1000)
-X_te, y_te = moons(cfg.n_toy, seed + 2000)
+X_tr, y_tr = moons(cfg.n_toy, run.rng("toy train"))
+X_va, y_va = moons(cfg.n_toy // 2, run.rng("toy validation"))
+X_te, y_te = moons(cfg.n_toy, run.rng("toy test"))
 X_far, grid_all, grid_dist = far_grid(X_tr, cfg.grid)
-blob_noise = torch.randn(300, 2, generator=torch.Generator().manual_seed(seed))
+blob_noise = torch.randn(300, 2, generator=run.generator("toy near blob"))
 X_blob = torch.tensor([1.0, -1.2]) + blob_noise * torch.tensor([0.1, 0.01])
 blob_dist = torch.cdist(X_blob, X_tr).min(1).values.mean()
 print(f"{len(X_tr)} training points, {len(X_far)} far-OOD grid points, "
@@ -585,18 +583,27 @@ print(f"{len(X_tr)} training points, {len(X_far)} far-OOD grid points, "
 # is the only difference between the two Density-Softmaxes.
 
 # %%
+def new_network(run, stream, d_in, n_classes, lipschitz=None):
+    """A classifier whose initial weights come from the named stream ``stream``
+    (module initialisation draws from torch's global generator, reseeded here)."""
+    run.reseed(f"{stream} init")
+    return Classifier(d_in, n_classes, lipschitz=lipschitz)
+
+
 def train_all(X, y, X_val, y_val, n_classes, lip, n_members, steps, flow_steps,
-              head_steps, q, n_layers, seed):
+              head_steps, q, n_layers, run, name):
     """Every arm of one experiment: ensemble members (the first is ERM), the
-    temperature of ERM, the Lipschitz net and both Density-Softmaxes."""
+    temperature of ERM, the Lipschitz net and both Density-Softmaxes. Member k draws
+    its weights and minibatches from the streams "<name> member k"."""
     members = []
     for k in icmlbook.progress(range(n_members), desc="ensemble"):
-        torch.manual_seed(seed * 100 + k)
-        members.append(train_classifier(Classifier(X.shape[1], n_classes), X, y, steps,
-                                        seed=seed * 100 + k))
-    torch.manual_seed(seed * 100)  # ERM's seed and minibatches: only c differs
-    lip_net = train_classifier(Classifier(X.shape[1], n_classes, lipschitz=lip), X, y,
-                               steps, seed=seed * 100)
+        net = new_network(run, f"{name} member {k}", X.shape[1], n_classes)
+        members.append(train_classifier(net, X, y, steps,
+                                        run.generator(f"{name} member {k} batches")))
+    # ERM's initial weights and minibatches: only the constraint differs
+    net = new_network(run, f"{name} member 0", X.shape[1], n_classes, lipschitz=lip)
+    lip_net = train_classifier(net, X, y, steps,
+                               run.generator(f"{name} member 0 batches"))
     ds = build_density_softmax(lip_net, X, y, X_val, flow_steps, head_steps, q,
                                n_layers)
     ds_plain = build_density_softmax(members[0], X, y, X_val, flow_steps, head_steps, q,
@@ -620,7 +627,7 @@ def arms_of(m, n_mc):
 
 t0 = time.perf_counter()
 toy = train_all(X_tr, y_tr, X_va, y_va, 2, lipschitz, ensemble_size, cfg.steps,
-                cfg.flow_steps, cfg.head_steps, tau_quantile, flow_layers, seed)
+                cfg.flow_steps, cfg.head_steps, tau_quantile, flow_layers, run, "toy")
 toy_arms = arms_of(toy, mc_samples)
 print(f"toy arms trained in {time.perf_counter() - t0:.1f} s; tau = "
       f"{toy['ds'].tau:.1f} nats (Lipschitz), {toy['ds_plain'].tau:.1f} (plain); "
@@ -716,9 +723,9 @@ run.metric("toy", toy_rows)
 DIGIT_SHIFTS = ((10, 0.1), (20, 0.2), (30, 0.3))
 
 
-def digits_split(seed):
+def digits_split(rng):
     X, y = icmlbook.digits()  # scikit-learn's 8x8 digits
-    perm = np.random.default_rng(seed).permutation(len(X))
+    perm = rng.permutation(len(X))
     X, y = torch.tensor(X[perm] / 16.0, dtype=torch.float32), torch.tensor(y[perm])
     return (X[:1000], y[:1000]), (X[1000:1300], y[1000:1300]), (X[1300:], y[1300:])
 
@@ -737,8 +744,8 @@ def shift_digits(X, degrees, noise, rng):
     return (out + noise).clamp(0.0, 1.0)
 
 
-(D_tr, dy_tr), (D_va, dy_va), (D_te, dy_te) = digits_split(seed)
-digit_rng = np.random.default_rng(seed + 7)
+(D_tr, dy_tr), (D_va, dy_va), (D_te, dy_te) = digits_split(run.rng("digits split"))
+digit_rng = run.rng("digits shift and OOD")
 D_shift = [shift_digits(D_te, a, s, digit_rng) for a, s in DIGIT_SHIFTS]
 D_ood = D_te[:, torch.tensor(digit_rng.permutation(64))]
 
@@ -752,7 +759,8 @@ plt.show()
 # %%
 t0 = time.perf_counter()
 dig = train_all(D_tr, dy_tr, D_va, dy_va, 10, lipschitz, ensemble_size, cfg.steps,
-                cfg.flow_steps, cfg.head_steps, tau_quantile, flow_layers, seed)
+                cfg.flow_steps, cfg.head_steps, tau_quantile, flow_layers, run,
+                "digits")
 dig_arms = arms_of(dig, mc_samples)
 print(f"digit arms trained in {time.perf_counter() - t0:.1f} s; "
       f"ERM's temperature T = {dig['T']:.2f}")
@@ -828,9 +836,9 @@ plt.show()
 # network has no such bound.
 
 # %%
-def distance_ratios(f, X, n_pairs, seed):
-    """||f(a) - f(b)|| / ||R a - R b|| over random pairs of rows of X."""
-    gen = torch.Generator().manual_seed(seed)
+def distance_ratios(f, X, n_pairs, gen):
+    """||f(a) - f(b)|| / ||R a - R b|| over random pairs of rows of X (drawn by the
+    torch Generator ``gen``)."""
     i, j = torch.randint(len(X), (2, n_pairs), generator=gen)
     keep = i != j
     with torch.no_grad():
@@ -848,8 +856,10 @@ def lipschitz_bounds(f):
 
 D_mix = torch.cat([D_te, D_shift_all, D_ood])
 lip_lo, lip_hi, lip_norm = lipschitz_bounds(dig["lip_net"].f)
-ratios = {"Density-Softmax": distance_ratios(dig["lip_net"].f, D_mix, 5000, seed),
-          "DS, no Lipschitz": distance_ratios(dig["members"][0].f, D_mix, 5000, seed)}
+# the same pairs for both networks: two fresh Generators of one stream
+ratios = {name: distance_ratios(net.f, D_mix, 5000, run.generator("distance pairs"))
+          for name, net in (("Density-Softmax", dig["lip_net"]),
+                            ("DS, no Lipschitz", dig["members"][0]))}
 print(f"Lipschitz net: largest ||W||_2 {lip_norm:.4f}; Eq. 2 guarantees ratios in "
       f"[{lip_lo:.4f}, {lip_hi:.2f}]")
 for name, r in ratios.items():
@@ -921,8 +931,8 @@ def median_seconds(fns, x, reps):
     return {name: float(np.median(t)) for name, t in times.items()}
 
 
-timing_gen = torch.Generator().manual_seed(seed)
-timing_x = D_te[torch.randint(len(D_te), (cfg.timing_n,), generator=timing_gen)]
+timing_x = D_te[torch.randint(len(D_te), (cfg.timing_n,),
+                              generator=run.generator("timing inputs"))]
 # DS without Lipschitz costs what DS costs, ERM + temperature what ERM costs
 timed = ["ERM", "Density-Softmax", "Ensemble"]
 seconds = median_seconds({k: dig_arms[k] for k in timed}, timing_x, cfg.timing_reps)
@@ -940,6 +950,33 @@ for name, c in cost.items():
 run.metric("inference", cost)
 
 # %% [markdown]
+# ## The paper's formula, taken literally
+#
+# With $\tau = 1$ (Eq. 1 exactly), typical digits, training and test alike, have
+# log-densities many nats below the training maximum: $\tilde p$ is tiny for almost
+# every test point, and the prediction is nearly uniform *in distribution*.
+# The argmax survives only as long as $\tilde p$ does not underflow to exactly 0.
+# This is why the temperature of Eq. 5 is there (and why the authors' code compresses
+# the log-likelihoods). The ECE of this literal version is recorded with the findings
+# below.
+
+# %%
+ds_dig = dig["ds"]
+with torch.no_grad():
+    logp_te = ds_dig.flow.log_prob(ds_dig.f(D_te))
+    logp_tr = ds_dig.flow.log_prob(ds_dig.f(D_tr))
+raw = DensitySoftmax(ds_dig.f, ds_dig.g, ds_dig.flow, ds_dig.logp_max, tau=1.0)
+p_raw = predict(raw, D_te).numpy()
+tau1_ece = ece(p_raw, dy_te)
+print(f"max_train log p - median log p: train "
+      f"{float(ds_dig.logp_max - logp_tr.median()):.1f} nats, test "
+      f"{float(ds_dig.logp_max - logp_te.median()):.1f} nats")
+print(f"tau = 1: test mean max-prob {p_raw.max(1).mean():.3f}, ECE "
+      f"{tau1_ece:.3f} (tau = {ds_dig.tau:.1f}: ECE "
+      f"{dig_rows['Density-Softmax']['ece']:.3f}; ERM: ECE "
+      f"{dig_rows['ERM']['ece']:.3f})")
+
+# %% [markdown]
 # ## Claims
 #
 # **Paper claims**, each against the method without its key ingredient or against
@@ -954,11 +991,19 @@ run.metric("inference", cost)
 # 3. **Better calibrated under shift than the best one-pass softmax (digits,
 #    baseline).** ERM + temperature has a shift ECE at least `C_SHIFT_VS_TEMPERATURE`
 #    above Density-Softmax's.
-# 4. **OOD detection as good as the ensemble's (digits, baseline).**
+# 4. **OOD detection about as good as the ensemble's (digits, baseline).**
 #    Density-Softmax's AUROC on pixel-shuffled digits is at least the ensemble's
-#    minus `C_OOD_VS_ENSEMBLE`, at a fraction of its cost (check 3).
+#    minus `C_OOD_VS_ENSEMBLE`. The paper reports Density-Softmax slightly *ahead*;
+#    this is the weaker, non-inferiority form, and how often the strict form (at
+#    least the ensemble's AUROC) holds is recorded with it.
 # 5. **Little accuracy cost (digits, baseline).** Density-Softmax's test accuracy
-#    is at most `C_ACC_DROP` below ERM's.
+#    is at most `C_ACC_DROP` below ERM's. The paper reports it slightly ahead of ERM;
+#    again a non-inferiority form, with the strict form recorded.
+#
+# Both non-inferiority bars were also widened after calibration runs of this
+# version, before the final runs: the accuracy bar was a two-sided 0.025 around ERM
+# until one run measured a drop of 0.032, and the OOD bar against the ensemble was
+# 0.01 until one run measured 0.011.
 #
 # **Checks**, which hold by construction if the code is right and are no evidence
 # for the paper: Density-Softmax runs $f$ once; its linear layers cost at most
@@ -968,21 +1013,22 @@ run.metric("inference", cost)
 # prediction is uniform to rounding; and the measured distance ratios respect the
 # bounds of Eq. 2.
 #
-# A natural bar would be a *time* ratio to ERM of at most 2. On our shared 2-core CPU
-# that ratio moved between about 1.2 and 3.8 from run to run with the load from other
+# **Findings**, recorded on every run but not claimed, each in the direction the
+# paper states it: whether the constraint matters on the toy problem and for the
+# digits' OOD confidence; calibration under shift against the ensemble; calibration
+# in distribution against ERM, with our $\tau$ and with the paper's $\tau = 1$;
+# calibration on the rotated moons; and the inference time against ERM's. A time
+# ratio to ERM is no check: on a shared CPU it moves with the load from other
 # processes (the flow's elementwise `tanh`, `exp` and concatenations weigh as much as
-# its matrix products at this tiny width), so it is printed, not checked.
-#
-# Two bars were moved after calibration runs of this version, before the final runs:
-# the accuracy bar was a two-sided 0.025 around ERM until one seed measured a drop of
-# 0.032, and the OOD bar against the ensemble was 0.01 until one seed measured 0.011.
+# its matrix products at this tiny width).
 
 # %% tags=["thresholds"]
+# the paper's verdict follows icmlbook.verdicts' rule, fixed before the final sweep
 C_FAR_VS_ENSEMBLE = 0.5  # DS - ensemble, toy far-OOD AUROC: 0.65-0.78 on seeds 0-9
 C_SHIFT_VS_NO_LIPSCHITZ = 0.05  # shift-ECE gap: 0.116-0.160 on seeds 0-9, trials 0.088+
 C_SHIFT_VS_TEMPERATURE = 0.02  # shift-ECE gap: 0.063-0.195 on seeds 0-9, trials 0.046+
-C_OOD_VS_ENSEMBLE = 0.025  # ensemble - DS OOD AUROC: -0.033..-0.005 (0-9); trial 0.011
-C_ACC_DROP = 0.04  # ERM - DS accuracy: -0.004-0.018 on seeds 0-9, trials up to 0.032
+C_OOD_VS_ENSEMBLE = 0.025  # ensemble - DS OOD AUROC: -0.033..-0.005 (0-9); was 0.01
+C_ACC_DROP = 0.04  # ERM - DS accuracy: -0.004-0.018 on seeds 0-9; was 0.025 two-sided
 C_PASSES = 1  # passes of f per prediction: one, by construction
 C_MACS = 1.5  # DS / ERM multiply-adds: 1.21 by construction (flow and head)
 C_TIME_VS_ENSEMBLE = 0.5  # DS / ensemble time: 0.35-0.39 on seeds 0-9 (1 pass vs 5)
@@ -992,36 +1038,37 @@ C_ROUNDING = 1e-5  # float32 rounding in the uniform limit and in the Eq. 2 boun
 # %%
 ds_t, ens_t = toy_rows["Density-Softmax"], toy_rows["Ensemble"]
 ds_d, erm_d = dig_rows["Density-Softmax"], dig_rows["ERM"]
+ENSEMBLE = f"deep ensemble of {ensemble_size} plain networks, same data and steps"
 run.claim("toy far-OOD AUROC: DS minus ensemble",
           ds_t["auroc_far"] - ens_t["auroc_far"], ">=", C_FAR_VS_ENSEMBLE,
           "far from the data Density-Softmax is uncertain where a deep ensemble stays "
-          "confident", versus="baseline",
-          against=f"deep ensemble of {ensemble_size} plain networks, same data and "
-          "steps")
+          "confident", versus="baseline", against=ENSEMBLE, strength="superiority",
+          provenance="calibrated")
 run.claim("digits shift ECE: no Lipschitz minus DS",
           dig_rows["DS, no Lipschitz"]["ece_shift"] - ds_d["ece_shift"], ">=",
           C_SHIFT_VS_NO_LIPSCHITZ,
           "the Lipschitz extractor makes the density scale down the shifted digits",
           versus="ablation",
           against="the same Density-Softmax on the plain network's features (same "
-          "seed, "
-          "minibatches, flow, tau rule and head re-fit)")
+          "initial weights, minibatches, flow, tau rule and head re-fit)",
+          strength="superiority", provenance="calibrated")
 run.claim("digits shift ECE: ERM + temperature minus DS",
           dig_rows["ERM + temperature"]["ece_shift"] - ds_d["ece_shift"], ">=",
           C_SHIFT_VS_TEMPERATURE,
           "under shift Density-Softmax is better calibrated than a temperature-scaled "
           "softmax", versus="baseline",
-          against="ERM with its temperature fitted on the validation NLL (Eq. 7)")
+          against="ERM with its temperature fitted on the validation NLL (Eq. 7)",
+          strength="superiority", provenance="calibrated")
 run.claim("digits OOD AUROC: ensemble minus DS",
           dig_rows["Ensemble"]["auroc_ood"] - ds_d["auroc_ood"], "<=",
           C_OOD_VS_ENSEMBLE,
-          "Density-Softmax detects pixel-shuffled digits as well as the deep ensemble",
-          versus="baseline",
-          against=f"deep ensemble of {ensemble_size} plain networks, same data and "
-          "steps")
+          "Density-Softmax detects pixel-shuffled digits about as well as the deep "
+          "ensemble", versus="baseline", against=ENSEMBLE, strength="non-inferiority",
+          provenance="changed after failure", strict=0.0)
 run.claim("digits accuracy: ERM minus DS", erm_d["acc"] - ds_d["acc"], "<=", C_ACC_DROP,
           "Density-Softmax costs little accuracy in distribution", versus="baseline",
-          against="ERM, the plain network trained with the same seed and steps")
+          against="ERM, the plain network trained with the same streams and steps",
+          strength="non-inferiority", provenance="changed after failure", strict=0.0)
 
 with torch.no_grad():
     D_all = torch.cat([D_te, D_shift_all, D_ood])
@@ -1036,7 +1083,6 @@ run.check("forward passes of f, DS", cost["Density-Softmax"]["passes"], "<=", C_
 run.check("multiply-adds DS / ERM",
           cost["Density-Softmax"]["macs"] / cost["ERM"]["macs"], "<=", C_MACS,
           "the flow adds a fifth to ERM's multiply-adds")
-run.metric("time_ratio_ds_erm", cost["Density-Softmax"]["ms"] / cost["ERM"]["ms"])
 run.check("inference time DS / ensemble",
           cost["Density-Softmax"]["ms"] / cost["Ensemble"]["ms"], "<=",
           C_TIME_VS_ENSEMBLE, "one pass and a flow cost a fraction of five passes")
@@ -1048,6 +1094,88 @@ run.check("distance ratio outside the Eq. 2 bounds", bound_gap, "<=", C_ROUNDING
           "the trained Lipschitz extractor respects its guaranteed bounds");
 
 # %%
+plain_t, plain_d = toy_rows["DS, no Lipschitz"], dig_rows["DS, no Lipschitz"]
+ts_t = toy_rows["ERM + temperature"]
+run.finding("toy far-OOD AUROC: DS minus no Lipschitz",
+            ds_t["auroc_far"] - plain_t["auroc_far"], ">", 0.0,
+            paper="ablations confirm the role of the Lipschitz constraint in distance "
+            "awareness",
+            shows="on the 2-D moons the plain network's features serve the density as "
+            "well: far-OOD detection ties or nearly ties")
+run.finding("digits OOD max-prob: no Lipschitz minus DS",
+            plain_d["maxp_ood"] - ds_d["maxp_ood"], ">", 0.0,
+            paper="the Lipschitz constraint lowers the confidence on inputs far from "
+            "the training data",
+            shows="on pixel-shuffled digits the constraint lowers the confidence on "
+            "some seeds and not on others")
+run.finding("digits shift ECE: ensemble minus DS",
+            dig_rows["Ensemble"]["ece_shift"] - ds_d["ece_shift"], ">=", 0.0,
+            paper="CIFAR-10-C ECE 0.086 for Density-Softmax against 0.087 for Deep "
+            "Ensembles",
+            shows="under shift the two are close, either one ahead depending on the "
+            "seed")
+run.finding("digits test ECE: ERM minus DS", erm_d["ece"] - ds_d["ece"], ">=", 0.0,
+            paper="clean CIFAR-10 ECE 0.015 for Density-Softmax against 0.023 for ERM",
+            shows="in distribution the density scale costs some calibration against "
+            "the plain softmax, by how much depends on the seed")
+run.finding("digits test ECE: ERM minus DS with tau = 1", erm_d["ece"] - tau1_ece,
+            ">=", 0.0,
+            paper="Eq. 1 as written (p(z) over the training maximum) calibrates at "
+            "least as well as ERM",
+            shows="taken literally in a 64-d feature space, the formula makes the "
+            "model nearly uniform on its own test digits")
+run.finding("toy rotation ECE: ERM + temperature minus DS",
+            (ts_t["ece30"] + ts_t["ece60"]) / 2 - (ds_t["ece30"] + ds_t["ece60"]) / 2,
+            ">=", 0.0,
+            paper="Density-Softmax is better calibrated under distribution shift",
+            shows="on the rotated moons its calibration is comparable to the "
+            "temperature-scaled softmax's, ahead or behind with the seed")
+run.finding("latency DS / ensemble",
+            cost["Density-Softmax"]["ms"] / cost["Ensemble"]["ms"], "<", 1.0,
+            paper="520.53 ms for Density-Softmax against 1520.34 ms for Deep Ensembles "
+            "(CIFAR-10)",
+            shows="one pass and a flow cost a fraction of the ensemble's five passes")
+run.finding("latency DS / ERM", cost["Density-Softmax"]["ms"] / cost["ERM"]["ms"],
+            "<=", 1.1,
+            paper="520.53 ms for Density-Softmax against 518.12 ms for ERM (CIFAR-10): "
+            "within a few per cent",
+            shows="at width 64 the flow is not negligible next to the network: "
+            "Density-Softmax takes clearly longer than ERM")
+
+# %%
+run.headline("uncertainty and robustness",
+             "Empirically, our method enjoys competitive results with state-of-the-art "
+             "techniques in terms of uncertainty and robustness (CIFAR-10-C ECE 0.086 "
+             "against 0.087 for Deep Ensembles and 0.153 for ERM)",
+             "Abstract; CIFAR-10 results table",
+             claims=["toy far-OOD AUROC: DS minus ensemble",
+                     "digits shift ECE: ERM + temperature minus DS",
+                     "digits OOD AUROC: ensemble minus DS",
+                     "digits accuracy: ERM minus DS"],
+             findings=["digits shift ECE: ensemble minus DS",
+                       "digits test ECE: ERM minus DS",
+                       "digits test ECE: ERM minus DS with tau = 1",
+                       "toy rotation ECE: ERM + temperature minus DS"])
+run.headline("distance awareness from the Lipschitz extractor",
+             "our model ... is distance-aware on feature space, thus reducing the "
+             "over-confidence of the standard softmax under distribution shifts",
+             "Abstract; theory section and ablations",
+             claims=["digits shift ECE: no Lipschitz minus DS"],
+             findings=["toy far-OOD AUROC: DS minus no Lipschitz",
+                       "digits OOD max-prob: no Lipschitz minus DS"])
+run.headline("efficient at test time",
+             "a lower number of model parameters and a lower latency at test-time "
+             "(CIFAR-10: 520.53 ms against 1520.34 ms for Deep Ensembles, 518.12 ms "
+             "for ERM)", "Abstract; CIFAR-10 results table",
+             findings=["latency DS / ensemble", "latency DS / ERM"])
+run.headline("minimax uncertainty risk",
+             "our model is the solution of minimax uncertainty risk",
+             "Abstract; theory",
+             testable=False,
+             why="a theorem about a population risk; the book tests its consequences "
+             "(the claims above), not the theorem")
+
+# %%
 # NBVAL_CHECK_OUTPUT
 run.verdict()
 
@@ -1055,37 +1183,13 @@ run.verdict()
 # ## Across seeds
 #
 # One run is one seed. The table and strip plot below read this chapter's results
-# file, made by `icmlbook sweep 6 --seeds 0-9 --update-results`: every claim and
-# check over seeds 0-9 at the default tier, with the number of seeds on which it
-# holds and its worst margin (how far inside the threshold the worst seed stayed).
+# file, made by `icmlbook sweep 6 --seeds 0-19 --update-results`: every claim, check
+# and finding over the calibration seeds 0-9 and the confirmation seeds 10-19 at the
+# default tier, with the number of seeds on which it holds and its worst margin (how
+# far inside the threshold the worst seed stayed).
 
 # %%
 across = icmlbook.across_seeds(run)
-
-# %% [markdown]
-# ## The paper's formula, taken literally
-#
-# With $\tau = 1$ (Eq. 1 exactly), typical digits, training and test alike, have
-# log-densities many nats below the training maximum: $\tilde p$ is tiny for almost
-# every test point, and the prediction is nearly uniform *in distribution*.
-# The argmax survives only as long as $\tilde p$ does not underflow to exactly 0.
-# This is why the temperature of Eq. 5 is there (and why the authors' code compresses
-# the log-likelihoods).
-
-# %%
-ds_dig = dig["ds"]
-with torch.no_grad():
-    logp_te = ds_dig.flow.log_prob(ds_dig.f(D_te))
-    logp_tr = ds_dig.flow.log_prob(ds_dig.f(D_tr))
-raw = DensitySoftmax(ds_dig.f, ds_dig.g, ds_dig.flow, ds_dig.logp_max, tau=1.0)
-p_raw = predict(raw, D_te).numpy()
-print(f"max_train log p - median log p: train "
-      f"{float(ds_dig.logp_max - logp_tr.median()):.1f} nats, test "
-      f"{float(ds_dig.logp_max - logp_te.median()):.1f} nats")
-print(f"tau = 1: test mean max-prob {p_raw.max(1).mean():.3f}, ECE "
-      f"{ece(p_raw, dy_te):.3f} (tau = {ds_dig.tau:.1f}: ECE "
-      f"{dig_rows['Density-Softmax']['ece']:.3f})")
-run.metric("digits_tau1_ece", ece(p_raw, dy_te))
 
 # %% [markdown]
 # ## Explore
@@ -1107,9 +1211,10 @@ widget_nets = {"none": (toy["members"][0], toy["ds_plain"]),
                f"{lipschitz:g}": (toy["lip_net"], toy["ds"])}
 for c in cfg.widget_extra:
     if f"{c:g}" not in widget_nets:
-        torch.manual_seed(seed * 100)
-        net = train_classifier(Classifier(2, 2, lipschitz=c), X_tr, y_tr, cfg.steps,
-                               seed=seed * 100)
+        # ERM's initial weights and minibatches, as for the chapter's Lipschitz net
+        net = train_classifier(new_network(run, "toy member 0", 2, 2, lipschitz=c),
+                               X_tr, y_tr, cfg.steps,
+                               run.generator("toy member 0 batches"))
         widget_nets[f"{c:g}"] = (net, build_density_softmax(
             net, X_tr, y_tr, X_va, cfg.flow_steps, cfg.head_steps, tau_quantile,
             flow_layers))
@@ -1120,7 +1225,7 @@ widget_cache = {}
 wgx, wgy = np.meshgrid(np.linspace(*TOY_BOX[:2], cfg.widget_grid),
                        np.linspace(*TOY_BOX[2:], cfg.widget_grid))
 widget_G = torch.tensor(np.c_[wgx.ravel(), wgy.ravel()], dtype=torch.float32)
-blob_unit = torch.randn(200, 2, generator=torch.Generator().manual_seed(seed + 3)) * 0.1
+blob_unit = torch.randn(200, 2, generator=run.generator("widget blob")) * 0.1
 
 
 def widget_model(c_label, tau_label):
