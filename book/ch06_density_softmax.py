@@ -519,9 +519,10 @@ def entropy(p):
 # %% [markdown]
 # ## Experiment 1: two moons, and what lies around them
 #
-# **Data.** Two moons with noise 0.1 (the construction, and the random draws, of
-# scikit-learn's `make_moons`): a training set, a validation set (for Eq.
-# 5's $\tau$ and Eq. 7's $T$) and a test set. **Far OOD:** the points of a grid over
+# **Data.** Two moons with noise 0.1 (the construction of scikit-learn's
+# `make_moons`), each set drawn from its own named random stream of the run: a
+# training set, a validation set (for Eq. 5's $\tau$ and Eq. 7's $T$) and a test set.
+# **Far OOD:** the points of a grid over
 # $[-3,4]\times[-3,3.5]$ at distance more than 1 from every training point. **Near
 # OOD:** a thin blob just below the moons, $\mathcal N((1, -1.2), \mathrm{diag}(0.1,
 # 0.01)^2)$, at about 0.5 from the data. **Shift:** the test set rotated about the
@@ -578,9 +579,10 @@ print(f"{len(X_tr)} training points, {len(X_far)} far-OOD grid points, "
 # **Training.** The ensemble (its first member is ERM, whose dropout MC dropout
 # samples, and whose logits the temperature rescales), one Lipschitz network for
 # Density-Softmax, and, as the ablation, Density-Softmax built on the plain ERM
-# network's features ("DS, no Lipschitz"). The Lipschitz network starts from the
-# same random seed as the ERM network and sees the same minibatches: the constraint
-# is the only difference between the two Density-Softmaxes.
+# network's features ("DS, no Lipschitz"). Each network draws its initial weights
+# and its minibatches from streams named after it; the Lipschitz network uses ERM's
+# two streams, so it starts from the same weights and sees the same minibatches: the
+# constraint is the only difference between the two Density-Softmaxes.
 
 # %%
 def new_network(run, stream, d_in, n_classes, lipschitz=None):
@@ -1100,24 +1102,24 @@ run.finding("toy far-OOD AUROC: DS minus no Lipschitz",
             ds_t["auroc_far"] - plain_t["auroc_far"], ">", 0.0,
             paper="ablations confirm the role of the Lipschitz constraint in distance "
             "awareness",
-            shows="on the 2-D moons the plain network's features serve the density as "
-            "well: far-OOD detection ties or nearly ties")
+            shows="on the 2-D moons the plain network's features serve the density "
+            "about as well: far-OOD detection is a tie or close to one")
 run.finding("digits OOD max-prob: no Lipschitz minus DS",
             plain_d["maxp_ood"] - ds_d["maxp_ood"], ">", 0.0,
             paper="the Lipschitz constraint lowers the confidence on inputs far from "
             "the training data",
-            shows="on pixel-shuffled digits the constraint lowers the confidence on "
-            "some seeds and not on others")
+            shows="the gap in mean max-probability on pixel-shuffled digits, without "
+            "and with the constraint")
 run.finding("digits shift ECE: ensemble minus DS",
             dig_rows["Ensemble"]["ece_shift"] - ds_d["ece_shift"], ">=", 0.0,
             paper="CIFAR-10-C ECE 0.086 for Density-Softmax against 0.087 for Deep "
             "Ensembles",
-            shows="under shift the two are close, either one ahead depending on the "
-            "seed")
+            shows="the shift-ECE gap to the five-member ensemble, a gap the paper "
+            "reports as nearly zero")
 run.finding("digits test ECE: ERM minus DS", erm_d["ece"] - ds_d["ece"], ">=", 0.0,
             paper="clean CIFAR-10 ECE 0.015 for Density-Softmax against 0.023 for ERM",
-            shows="in distribution the density scale costs some calibration against "
-            "the plain softmax, by how much depends on the seed")
+            shows="the in-distribution ECE gap to the plain softmax, with the tau of "
+            "Eq. 5; both are small on the clean test digits")
 run.finding("digits test ECE: ERM minus DS with tau = 1", erm_d["ece"] - tau1_ece,
             ">=", 0.0,
             paper="Eq. 1 as written (p(z) over the training maximum) calibrates at "
@@ -1128,8 +1130,8 @@ run.finding("toy rotation ECE: ERM + temperature minus DS",
             (ts_t["ece30"] + ts_t["ece60"]) / 2 - (ds_t["ece30"] + ds_t["ece60"]) / 2,
             ">=", 0.0,
             paper="Density-Softmax is better calibrated under distribution shift",
-            shows="on the rotated moons its calibration is comparable to the "
-            "temperature-scaled softmax's, ahead or behind with the seed")
+            shows="the ECE gap on the moons rotated by 30 and 60 degrees (mean of "
+            "the two), a shift the digits' claims do not cover")
 run.finding("latency DS / ensemble",
             cost["Density-Softmax"]["ms"] / cost["Ensemble"]["ms"], "<", 1.0,
             paper="520.53 ms for Density-Softmax against 1520.34 ms for Deep Ensembles "
@@ -1140,7 +1142,8 @@ run.finding("latency DS / ERM", cost["Density-Softmax"]["ms"] / cost["ERM"]["ms"
             paper="520.53 ms for Density-Softmax against 518.12 ms for ERM (CIFAR-10): "
             "within a few per cent",
             shows="at width 64 the flow is not negligible next to the network: "
-            "Density-Softmax takes clearly longer than ERM")
+            "Density-Softmax takes longer than ERM, by a ratio that moves with the "
+            "load on a shared CPU")
 
 # %%
 run.headline("uncertainty and robustness",
