@@ -281,3 +281,19 @@ def test_refit_tau_only_changes_the_head(toy):
         assert other.f is ds.f and other.flow is ds.flow and other.tau == tau
         p = ch.predict(other, toy["X_te"])
         assert torch.isfinite(p).all()
+
+
+def test_named_streams_pair_the_lipschitz_network_with_erm():
+    # the Lipschitz network starts from ERM's weights (same stream); other members do not
+    run = chapter_run()
+    erm = ch.new_network(run, "toy member 0", 2, 2)
+    lip = ch.new_network(run, "toy member 0", 2, 2, lipschitz=0.9)
+    other = ch.new_network(run, "toy member 1", 2, 2)
+    assert torch.equal(erm.f.proj.weight, lip.f.proj.weight)
+    for a, b in zip(erm.f.blocks, lip.f.blocks):
+        assert torch.equal(a.weight, b.parametrizations.weight.original)
+        assert torch.equal(a.bias, b.bias)
+    assert not torch.equal(erm.f.proj.weight, other.f.proj.weight)
+    g1, g2 = run.generator("toy member 0 batches"), run.generator("toy member 0 batches")
+    assert torch.equal(torch.randint(100, (50,), generator=g1),
+                       torch.randint(100, (50,), generator=g2))
