@@ -707,14 +707,15 @@ run.metric("toy", toy_rows)
 # density underflows), which no baseline reaches: their confidence *grows* with the
 # distance (negative Spearman), and a temperature cannot change that, since it
 # rescales every logit alike (on two classes it keeps the order of the
-# max-probabilities; only float32 saturation at 1 moves the AUROC a little).
-# The ablation without the Lipschitz constraint does as well as the constrained
-# network here: our plain network starts with the same frozen random projection, and
-# a 2-D input leaves little room for feature collapse. The constraint will matter on
-# the digits. And under rotation, where a model is still mostly right on most
-# points, Density-Softmax becomes unsure about points that moved off the training
-# density; its calibration there is comparable to the baselines', sometimes worse at
-# small angles (cautious, not overconfident).
+# max-probabilities; only float32 saturation at 1, which turns confident points into
+# ties, moves its AUROC). The ablation without the Lipschitz constraint does as well
+# as the constrained network here (a tie, recorded as a finding): our plain network
+# starts with the same frozen random projection, and a 2-D input leaves little room
+# for feature collapse (exercise 3). The constraint will matter on the digits. And
+# under rotation, where a model is still mostly right on most points,
+# Density-Softmax becomes unsure about points that moved off the training density;
+# its ECE there, averaged over the two angles, is below the temperature-scaled
+# softmax's (a finding too), though not always below the ensemble's.
 
 # %% [markdown]
 # ## Experiment 2: digits, with a shift and an OOD set
@@ -1031,14 +1032,15 @@ print(f"tau = 1: test mean max-prob {p_raw.max(1).mean():.3f}, ECE "
 
 # %% tags=["thresholds"]
 # the paper's verdict follows icmlbook.verdicts' rule, fixed before the final sweep
-C_FAR_VS_ENSEMBLE = 0.5  # DS - ensemble, toy far-OOD AUROC: 0.65-0.78 on seeds 0-9
-C_SHIFT_VS_NO_LIPSCHITZ = 0.05  # shift-ECE gap: 0.116-0.160 on seeds 0-9, trials 0.088+
-C_SHIFT_VS_TEMPERATURE = 0.02  # shift-ECE gap: 0.063-0.195 on seeds 0-9, trials 0.046+
-C_OOD_VS_ENSEMBLE = 0.025  # ensemble - DS OOD AUROC: -0.033..-0.005 (0-9); was 0.01
-C_ACC_DROP = 0.04  # ERM - DS accuracy: -0.004-0.018 on seeds 0-9; was 0.025 two-sided
+# set before the named streams, kept unchanged by the calibration seeds 0-9 (below)
+C_FAR_VS_ENSEMBLE = 0.5  # DS - ensemble, toy far-OOD AUROC: 0.61-0.75 on seeds 0-9
+C_SHIFT_VS_NO_LIPSCHITZ = 0.05  # shift-ECE gap: 0.119-0.175 on seeds 0-9
+C_SHIFT_VS_TEMPERATURE = 0.02  # shift-ECE gap: 0.106-0.174 on seeds 0-9
+C_OOD_VS_ENSEMBLE = 0.025  # ensemble - DS OOD AUROC: -0.097..-0.001 (0-9); was 0.01
+C_ACC_DROP = 0.04  # ERM - DS accuracy: -0.006..0.016 (0-9); was 0.025 two-sided
 C_PASSES = 1  # passes of f per prediction: one, by construction
 C_MACS = 1.5  # DS / ERM multiply-adds: 1.21 by construction (flow and head)
-C_TIME_VS_ENSEMBLE = 0.5  # DS / ensemble time: 0.35-0.39 on seeds 0-9 (1 pass vs 5)
+C_TIME_VS_ENSEMBLE = 0.5  # DS / ensemble time: 0.32-0.38 on seeds 0-9 (1 pass vs 5)
 C_MISMATCH = 0  # argmax changes under a positive scale: none, by Eq. 1
 C_ROUNDING = 1e-5  # float32 rounding in the uniform limit and in the Eq. 2 bounds
 
@@ -1339,20 +1341,31 @@ icmlbook.explore(update, controls, run=run)
 # consequences.
 #
 # What did not reproduce, or only in a weaker form (the values of every finding over
-# the seeds are in the across-seeds table). On the toy problem the ablation without
-# the constraint detects far OOD about as well as the constrained network, so the
-# ablation claim is made on the digits; there, whether the constraint also lowers the
-# confidence on pixel-shuffled digits is a finding, not a claim. Against the deep
-# ensemble, the paper reports Density-Softmax slightly ahead on OOD detection and
-# under shift; here OOD detection is claimed only in a non-inferiority form (the
-# strict form is counted across seeds), and calibration under shift against the
-# ensemble is a finding. The accuracy claim is non-inferiority too, and both of these
-# bars were widened after calibration runs. At our scale the flow is not negligible
-# next to the network: about a fifth more multiply-adds, and a latency against ERM's
-# (finding "latency DS / ERM") that does not reach the paper's near-equality, because
-# the flow's elementwise operations weigh at width 64; next to a WRN-28-10 the same
-# flow is lost in the noise, as the paper reports. The paper's verdict, headline by
-# headline, is printed with the claims.
+# the seeds are in the across-seeds table).
+#
+# - **The Lipschitz constraint on the toy problem.** Without it Density-Softmax
+#   detects far OOD exactly as well (a tie up to float rounding), so the ablation
+#   claim is made on the digits. There the constraint also lowers the confidence on
+#   pixel-shuffled digits on every seed we ran, but that was not registered as a
+#   claim before the runs, so it stays a finding.
+# - **Against the deep ensemble.** The paper reports Density-Softmax slightly ahead
+#   on OOD detection and nearly tied under shift. OOD detection is claimed here only
+#   in a non-inferiority form, with a bar widened after a calibration run; the strict
+#   form is counted across seeds and held on every one. Calibration under shift
+#   against the ensemble goes either way with the seed.
+# - **Accuracy** is claimed as non-inferiority with a widened bar too; the strict
+#   form (no lower than ERM) holds on some seeds only.
+# - **Calibration in distribution.** With our $\tau$, Density-Softmax's ECE on the
+#   clean digits is above or below ERM's depending on the seed; with the paper's
+#   $\tau = 1$ it is far worse on every seed.
+# - **Latency against ERM.** At our scale the flow is not negligible next to the
+#   network: about a fifth more multiply-adds, and a latency ratio to ERM (finding
+#   "latency DS / ERM") far from the paper's near-equality, because the flow's
+#   elementwise operations weigh at width 64. Next to a WRN-28-10 the same flow is
+#   lost in the noise, as the paper reports. Against the ensemble the latency is a
+#   fraction on every seed.
+#
+# The paper's verdict, headline by headline, is printed with the claims: partly.
 
 # %% [markdown]
 # ## Exercises
