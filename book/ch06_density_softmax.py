@@ -1008,8 +1008,8 @@ print(f"tau = 1: test mean max-prob {p_raw.max(1).mean():.3f}, ECE "
 #    is at most `C_ACC_DROP` below ERM's. The paper reports it slightly ahead of ERM;
 #    again a non-inferiority form, with the strict form recorded.
 #
-# Both non-inferiority bars were also widened after calibration runs of this
-# version, before the final runs: the accuracy bar was a two-sided 0.025 around ERM
+# Both non-inferiority bars were also widened after early calibration runs, before
+# the final runs: the accuracy bar was a two-sided 0.025 around ERM
 # until one run measured a drop of 0.032, and the OOD bar against the ensemble was
 # 0.01 until one run measured 0.011.
 #
