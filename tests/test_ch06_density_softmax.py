@@ -7,6 +7,8 @@ import pytest
 import torch
 from helpers import chapter_defs
 
+import icmlbook
+
 ch = chapter_defs("ch06_density_softmax")
 torch.set_num_threads(1)
 
@@ -15,9 +17,10 @@ torch.set_num_threads(1)
 
 def small_toy_ds(seed=0, steps=150):
     torch.manual_seed(seed)
-    X, y = ch.moons(400, seed)
-    X_val, _ = ch.moons(200, seed + 1)
-    net = ch.train_classifier(ch.Classifier(2, 2, lipschitz=0.9), X, y, steps, seed=seed)
+    X, y = ch.moons(400, np.random.default_rng(seed))
+    X_val, _ = ch.moons(200, np.random.default_rng(seed + 1))
+    net = ch.train_classifier(ch.Classifier(2, 2, lipschitz=0.9), X, y, steps,
+                              torch.Generator().manual_seed(seed))
     return net, ch.build_density_softmax(net, X, y, X_val, flow_steps=80, head_steps=30)
 
 
@@ -86,7 +89,7 @@ def test_density_scale_and_temperature():
 def test_temperature_scaling_minimises_validation_nll():
     torch.manual_seed(0)
     net = ch.Classifier(2, 2)
-    X, y = ch.moons(300, 0)
+    X, y = ch.moons(300, np.random.default_rng(0))
     T = ch.fit_temperature(net, X, y)
     with torch.no_grad():
         logits = net(X)
@@ -99,14 +102,15 @@ def test_temperature_scaling_minimises_validation_nll():
 @pytest.mark.parametrize("c", [0.9, 0.5])
 def test_lipschitz_extractor_respects_the_bounds_of_eq2(c):
     torch.manual_seed(0)
-    X, y = ch.moons(400, 0)
-    net = ch.train_classifier(ch.Classifier(2, 2, lipschitz=c), X, y, 100)
+    X, y = ch.moons(400, np.random.default_rng(0))
+    net = ch.train_classifier(ch.Classifier(2, 2, lipschitz=c), X, y, 100,
+                              torch.Generator().manual_seed(0))
     lo, hi, largest = ch.lipschitz_bounds(net.f)
     assert largest <= 1.0 + 1e-5  # the baked weights have ||W||_2 <= 1 exactly
     assert lo == pytest.approx((1 - c) ** ch.DEPTH, rel=1e-3)
     assert hi == pytest.approx((1 + c) ** ch.DEPTH, rel=1e-3)
     pts = torch.randn(3000, 2) * 3
-    r = ch.distance_ratios(net.f, pts, 5000, 0)
+    r = ch.distance_ratios(net.f, pts, 5000, torch.Generator().manual_seed(0))
     assert lo - 1e-5 <= r.min() and r.max() <= hi + 1e-5
     # without the exact division the power-iteration estimate leaves ||W||_2 above 1
     torch.manual_seed(0)
@@ -146,30 +150,38 @@ def test_metrics():
 def test_rotate_and_shift_helpers():
     X = torch.tensor([[1.5, 0.25]])
     assert torch.allclose(ch.rotate_points(X, 180), torch.tensor([[-0.5, 0.25]]), atol=1e-6)
-    (D, _), _, _ = ch.digits_split(0)
+    (D, _), _, _ = ch.digits_split(np.random.default_rng(0))
     assert torch.allclose(ch.shift_digits(D[:20], 0, 0.0, np.random.default_rng(0)), D[:20],
                           atol=1e-5)
 
 
 # -- the paper claims at the chapter's default settings (seed 0), and broken variants ---------
 
+def chapter_run():
+    """The chapter's session at the default tier, seed 0: its named random streams."""
+    return icmlbook.start("06_density_softmax", tier="default", seed=0)
+
+
 @pytest.fixture(scope="module")
 def toy():
-    X, y = ch.moons(1000, 0)
-    X_val, y_val = ch.moons(500, 1000)
-    X_te, y_te = ch.moons(1000, 2000)
+    run = chapter_run()
+    X, y = ch.moons(1000, run.rng("toy train"))
+    X_val, y_val = ch.moons(500, run.rng("toy validation"))
+    X_te, y_te = ch.moons(1000, run.rng("toy test"))
     X_far, _, _ = ch.far_grid(X, 70)
-    m = ch.train_all(X, y, X_val, y_val, 2, 0.9, 5, 300, 200, 100, 0.05, 2, seed=0)
-    return dict(m, X_te=X_te, y_te=y_te, X_far=X_far)
+    m = ch.train_all(X, y, X_val, y_val, 2, 0.9, 5, 300, 200, 100, 0.05, 2, run, "toy")
+    return dict(m, X=X, y=y, X_te=X_te, y_te=y_te, X_far=X_far)
 
 
 @pytest.fixture(scope="module")
 def digits():
-    (X, y), (X_val, y_val), (X_te, y_te) = ch.digits_split(0)
-    rng = np.random.default_rng(7)
+    run = chapter_run()
+    (X, y), (X_val, y_val), (X_te, y_te) = ch.digits_split(run.rng("digits split"))
+    rng = run.rng("digits shift and OOD")
     shifted = [ch.shift_digits(X_te, a, s, rng) for a, s in ch.DIGIT_SHIFTS]
     ood = X_te[:, torch.tensor(rng.permutation(64))]
-    m = ch.train_all(X, y, X_val, y_val, 10, 0.9, 5, 300, 200, 100, 0.05, 2, seed=0)
+    m = ch.train_all(X, y, X_val, y_val, 10, 0.9, 5, 300, 200, 100, 0.05, 2, run,
+                     "digits")
     return dict(m, X_te=X_te, y_te=y_te, shifted=shifted, ood=ood)
 
 
@@ -263,9 +275,25 @@ def test_cost_checks_fail_for_a_sampling_density_softmax(digits):
 
 def test_refit_tau_only_changes_the_head(toy):
     net, ds = toy["lip_net"], toy["ds"]
-    X, y = ch.moons(1000, 0)
+    X, y = toy["X"], toy["y"]
     for tau in (1.0, 1000.0):
         other = ch.refit_tau(ds, net, X, y, tau, 20)
         assert other.f is ds.f and other.flow is ds.flow and other.tau == tau
         p = ch.predict(other, toy["X_te"])
         assert torch.isfinite(p).all()
+
+
+def test_named_streams_pair_the_lipschitz_network_with_erm():
+    # the Lipschitz network starts from ERM's weights (same stream); other members do not
+    run = chapter_run()
+    erm = ch.new_network(run, "toy member 0", 2, 2)
+    lip = ch.new_network(run, "toy member 0", 2, 2, lipschitz=0.9)
+    other = ch.new_network(run, "toy member 1", 2, 2)
+    assert torch.equal(erm.f.proj.weight, lip.f.proj.weight)
+    for a, b in zip(erm.f.blocks, lip.f.blocks):
+        assert torch.equal(a.weight, b.parametrizations.weight.original)
+        assert torch.equal(a.bias, b.bias)
+    assert not torch.equal(erm.f.proj.weight, other.f.proj.weight)
+    g1, g2 = run.generator("toy member 0 batches"), run.generator("toy member 0 batches")
+    assert torch.equal(torch.randint(100, (50,), generator=g1),
+                       torch.randint(100, (50,), generator=g2))
