@@ -307,9 +307,14 @@ def test_paper_claims_isolate_something_and_checks_are_apart(ch):
     paper = [c for c in rec["claims"] if c["kind"] == "paper"]
     assert len(paper) >= 2, f"{ch.stem}: at least two paper claims"
     sorts = {c["versus"] for c in paper}
-    assert sorts == {"ablation", "baseline"}, (
+    assert sorts <= {"ablation", "baseline"} and sorts, f"{ch.stem}: versus {sorted(sorts)}"
+    # one against an ablation and one against a baseline; a chapter whose comparison of
+    # one kind did not reproduce records it as a finding instead of keeping a claim bent
+    # to pass (the verdict then says so)
+    assert sorts == {"ablation", "baseline"} or rec.get("findings"), (
         f"{ch.stem}: paper claims need at least one against an ablation and one against a "
-        f"baseline; found {sorted(sorts)}")
+        f"baseline (or findings recording the one that did not reproduce); found "
+        f"{sorted(sorts)}")
 
 
 @pytest.mark.parametrize("ch", CHAPTERS, ids=IDS)
