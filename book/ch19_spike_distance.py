@@ -78,6 +78,8 @@ check_range("confidence_low", confidence_low, 0.0, 1.0, lo_open=True)
 # much test recording we roll the models out on.
 
 # %%
+import math
+
 import numpy as np
 import matplotlib.pyplot as plt
 import torch
@@ -85,6 +87,7 @@ import torch.nn.functional as F
 from torch import nn
 from scipy.ndimage import gaussian_filter1d
 import icmlbook
+from icmlbook.nn import Adam
 
 run = icmlbook.start("19_spike_distance", tier=tier, seed=seed,
                      params=dict(d_max=d_max, confidence_low=confidence_low))
@@ -237,7 +240,8 @@ INTERVALS = (2, 5, 10, 20, PRED_LEN)  # Poisson summation intervals L, in ms
 MODES = ("round", "floor", "sample")  # Poisson count decisions
 SIGMAS = (0, 1, 2, 5, 10, 20, 50)  # smoothing widths of the evaluation, in ms
 # one colour per predictor in every figure (a Poisson model's colour is its decision)
-STYLE = icmlbook.method_styles("distance model", *(f"Poisson, {m}" for m in MODES))
+STYLE = icmlbook.method_styles("distance model", *(f"Poisson, {m}" for m in MODES),
+                               "per-bin model")
 REPEAT_STYLE = dict(color="0.5", linestyle="--", label="repeat trial")  # a reference
 
 
@@ -295,10 +299,22 @@ def distance_targets(nxt, prv, t0, d_max, pred_len=PRED_LEN):
 # $$\mathcal L_{\text{Pois}} = \sum_L \big(\lambda_L - n_L \log \lambda_L\big),
 #   \qquad n_L = \#\{k : t_0 \le s_k < t_0 + L\} . \tag{6}$$
 #
-# Both models share one small architecture: two strided 1-D convolutions over the
+# The Poisson objective at its shortest interval, $L = 1$ ms, is the third model: a
+# **per-bin** network that predicts, for each of the same $P$ future bins as the
+# distance model, the probability $p_t = \sigma(z_t)$ of a spike in that bin, trained
+# with the Bernoulli likelihood (a count in a 1 ms bin is 0 or 1)
+#
+# $$\mathcal L_{\text{bin}} = -\frac1P \sum_{t=t_0}^{t_0+P-1}
+#   \big(y_t \log p_t + (1 - y_t) \log(1 - p_t)\big) . \tag{8}$$
+#
+# Same input, same span, same stride, same budget as the distance model: only the
+# objective differs, so it is the **ablation** of the spike distance.
+#
+# All three models share one small architecture: two strided 1-D convolutions over the
 # 160-bin input (stimulus and spike-history channels), then a linear layer. Only the head
-# differs: 48 log distances, or 5 expected counts through a softplus. (The paper's
-# network is a much larger U-Net over a 1 s input; the objective is the point here.)
+# differs: 48 log distances, 5 expected counts through a softplus, or 48 spike
+# log-odds. (The paper's network is a much larger U-Net over a 1 s input; the objective
+# is the point here.)
 
 # %%
 class Body(nn.Module):
@@ -342,6 +358,17 @@ class PoissonNet(nn.Module):
         return F.softplus(self.head(self.body(x)))
 
 
+class PerBinNet(nn.Module):
+    """Predicts the log-odds z_t of a spike in each of the next PRED_LEN bins (Eq. 8)."""
+
+    def __init__(self):
+        super().__init__()
+        self.body, self.head = Body(), nn.Linear(96, PRED_LEN)
+
+    def forward(self, x):
+        return self.head(self.body(x))
+
+
 def make_inputs(stim, hist, t0):
     """Network inputs at times t0: stimulus and spike history over [t0-HIST_LEN, t0),
     the paper's protocol. ``hist`` is one train or one row per t0."""
@@ -361,33 +388,49 @@ def poisson_loss(rate, counts):
     return (rate - counts * torch.log(rate + 1e-8)).mean(0).sum()
 
 
+def per_bin_loss(logits, spikes):
+    """Eq. 8: Bernoulli negative log-likelihood of every future bin, mean over bins and
+    batch."""
+    return F.binary_cross_entropy_with_logits(logits, spikes)
+
+
 # %% [markdown]
 # ### Training
 #
 # Training windows are drawn at random times of the training recording, each a slice
-# gathered with one fancy index (no Python loop per window). The two networks see the
-# same batches and are trained side by side with AdamW and a one-cycle learning rate;
-# their parameters are disjoint, so this is exactly two independent trainings.
+# gathered with one fancy index (no Python loop per window). The three networks see the
+# same batches and are trained side by side with AdamW (Adam with decoupled weight
+# decay, the paper's optimiser) and a one-cycle learning rate: up from $\eta/25$ to
+# $\eta$ over the first 30% of the steps and down to nearly 0 along a cosine (the
+# schedule of PyTorch's `OneCycleLR`, without its cycling of Adam's momentum). Their
+# parameters are disjoint, so this is exactly three independent trainings.
 
 # %%
+def one_cycle(step, steps, lr, warm=0.3, div=25.0, final_div=1e4):
+    """The learning rate at ``step`` of ``steps``: cosine up from lr/div to lr over the
+    first ``warm`` of the run, then cosine down to lr/(div * final_div)."""
+    up = max(int(warm * steps), 1)
+    if step < up:
+        a, b, f = lr / div, lr, step / up
+    else:
+        a, b, f = lr, lr / (div * final_div), (step - up) / max(steps - up - 1, 1)
+    return b + (a - b) * (1 + math.cos(math.pi * min(f, 1.0))) / 2
+
+
 def train_models(
     stim, spikes, steps, batch, rng, d_max, lr=2e-3, wd=1e-4, desc="training"
 ):
-    """Train a DistanceNet (Eq. 3) and a PoissonNet (Eq. 6) on one recording."""
+    """Train a DistanceNet (Eq. 3), a PoissonNet (Eq. 6) and a PerBinNet (Eq. 8) on one
+    recording, on the same batches; ``rng`` draws the windows."""
     lo, hi = HIST_LEN, len(stim) - PRED_LEN - int(d_max) - max(INTERVALS)
     nxt, prv = next_prev_spike(spikes)
     cum = np.concatenate([[0.0], np.cumsum(spikes)])
     mu_log = float(
         np.log(distance_targets(nxt, prv, rng.integers(lo, hi, 4096), d_max)).mean()
     )
-    dnet, pnet = DistanceNet(mu_log), PoissonNet()
-    opt = torch.optim.AdamW(
-        [*dnet.parameters(), *pnet.parameters()],
-        lr=lr,
-        weight_decay=wd,
-        betas=(0.9, 0.99),
-    )
-    sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=lr, total_steps=steps)
+    dnet, pnet, bnet = DistanceNet(mu_log), PoissonNet(), PerBinNet()
+    params = [*dnet.parameters(), *pnet.parameters(), *bnet.parameters()]
+    opt = Adam(params, lr=lr, betas=(0.9, 0.99), weight_decay=wd, decoupled=True)
     bar = icmlbook.progress(range(steps), desc=desc)
     for step in bar:
         t0 = rng.integers(lo, hi, batch)
@@ -396,14 +439,17 @@ def train_models(
         counts = torch.from_numpy(
             np.stack([cum[t0 + L] - cum[t0] for L in INTERVALS], 1).astype(np.float32)
         )
+        future = torch.from_numpy(spikes[t0[:, None] + np.arange(PRED_LEN)])
         loss_d, loss_p = dist_loss(dnet(x), d_true), poisson_loss(pnet(x), counts)
+        loss_b = per_bin_loss(bnet(x), future)
         opt.zero_grad()
-        (loss_d + loss_p).backward()
+        (loss_d + loss_p + loss_b).backward()
+        opt.lr = one_cycle(step, steps, lr)
         opt.step()
-        sched.step()
         if step % 100 == 0:
-            bar.set_postfix(dist=loss_d.item(), poisson=loss_p.item())
-    return dnet.eval(), pnet.eval()
+            bar.set_postfix(dist=loss_d.item(), poisson=loss_p.item(),
+                            per_bin=loss_b.item())
+    return dnet.eval(), pnet.eval(), bnet.eval()
 
 
 # %% [markdown]
@@ -571,6 +617,14 @@ def infer_spikes_dp(d_hat, d_max, w_low=0.3):
 # we also show the **best Poisson** model in hindsight, the best pair on the test data
 # itself at the smoothing width being scored; no user could make that choice, so it is
 # an upper bound on the strongest fair baseline.
+#
+# The per-bin model needs a decision too, one per bin: *round* (a spike where
+# $p_t \ge \tfrac12$, the most likely value of each bin, which again predicts almost
+# nothing for an unreliable cell), *sample* (a Bernoulli draw per bin), or *peaks*: a
+# spike where $p_t$ is the largest within $\pm 2$ bins and at least a level $\theta$,
+# the decoding a user would write for a curve of spike probabilities. Like the Poisson
+# model's interval and decision, the decision and $\theta$ are picked on the validation
+# recording.
 
 # %%
 def poisson_counts(rate, mode, rng):
@@ -588,6 +642,24 @@ def place_evenly(n, L):
     """Offsets of n spikes spread evenly inside an interval of L bins (at most L)."""
     n = min(int(n), L)
     return ((np.arange(n) + 0.5) * L / n).astype(int) if n > 0 else np.zeros(0, int)
+
+
+PEAK_LEVELS = (0.02, 0.05, 0.1, 0.2, 0.3)  # levels theta of the per-bin peak decision
+PER_BIN = ("round", "sample", *(f"peaks {q}" for q in PEAK_LEVELS))
+PEAK_HALF_WIDTH = 2  # a peak is the largest p_t within +-2 bins
+
+
+def per_bin_spikes(p, decision, rng):
+    """Spikes (0/1, same shape) from per-bin spike probabilities p (rows of PRED_LEN)."""
+    if decision == "round":
+        return (p >= 0.5).astype(np.float32)
+    if decision == "sample":
+        return (rng.random(p.shape) < p).astype(np.float32)
+    level = float(decision.split()[-1])
+    h = PEAK_HALF_WIDTH
+    padded = np.pad(p, ((0, 0), (h, h)), constant_values=-1.0)
+    local_max = np.max([padded[:, k:k + p.shape[1]] for k in range(2 * h + 1)], axis=0)
+    return ((p >= local_max) & (p >= level)).astype(np.float32)
 
 
 # %% [markdown]
@@ -625,6 +697,28 @@ def rollout_distance(dnet, stim, spikes, starts, seg_ms, rng, d_max, w_low):
             ] = 1.0
     pred = np.concatenate([hist[k, s:s + seg_ms] for k, s in enumerate(starts)])
     return pred, d_hats.reshape(-1)
+
+
+@torch.no_grad()
+def rollout_per_bin(bnet, stim, spikes, starts, seg_ms, decisions, rng):
+    """The per-bin model (Eq. 8), stride PRED_LEN, one rollout per decision."""
+    K = len(starts)
+    st = np.tile(np.asarray(starts), len(decisions))
+    hist = np.repeat(spikes[None, :], len(st), axis=0).astype(np.float32)
+    for r, s in enumerate(st):
+        hist[r, s:s + seg_ms] = 0.0
+    cols = np.arange(PRED_LEN)
+    for step in range(seg_ms // PRED_LEN):
+        t0 = st + step * PRED_LEN
+        p = torch.sigmoid(bnet(make_inputs(stim, hist, t0))).numpy().astype(float)
+        for m, decision in enumerate(decisions):
+            rows = np.arange(m * K, (m + 1) * K)
+            hist[rows[:, None], t0[rows, None] + cols] = per_bin_spikes(
+                p[rows], decision, rng)
+    return {
+        d: np.concatenate([hist[m * K + k, s:s + seg_ms] for k, s in enumerate(starts)])
+        for m, d in enumerate(decisions)
+    }
 
 
 @torch.no_grad()
@@ -712,19 +806,19 @@ def smoothed_correlation(y, y_hat, sigma):
 # the neuron itself.
 
 # %%
-rng = np.random.default_rng(seed)
+data_rng = run.rng("data")  # the recordings: stimulus and spikes
 # rollout segments of the test recording
 starts = HIST_LEN + cfg.seg_ms * np.arange(cfg.n_seg)
-stim_train = flicker(cfg.train_s * 1000, rng)
-stim_test = flicker(int(starts[-1]) + cfg.seg_ms + PRED_LEN, rng)
+stim_train = flicker(cfg.train_s * 1000, data_rng)
+stim_test = flicker(int(starts[-1]) + cfg.seg_ms + PRED_LEN, data_rng)
 filters, data = {}, {}
 for cell, p in CELLS.items():
     filters[cell] = stimulus_filter(p["latency"])
     g_train = generator_signal(stim_train, filters[cell])
     g_test = generator_signal(stim_test, filters[cell])
-    data[cell] = dict(train=simulate_spikes(g_train, p["base"], p["gain"], rng),
-                      test=simulate_spikes(g_test, p["base"], p["gain"], rng),
-                      repeat=simulate_spikes(g_test, p["base"], p["gain"], rng),
+    data[cell] = dict(train=simulate_spikes(g_train, p["base"], p["gain"], data_rng),
+                      test=simulate_spikes(g_test, p["base"], p["gain"], data_rng),
+                      repeat=simulate_spikes(g_test, p["base"], p["gain"], data_rng),
                       g_test=g_test)
     isi = np.diff(np.flatnonzero(data[cell]["train"]))
     print(
@@ -744,7 +838,7 @@ def concat_segments(train, starts, seg_ms):
 from matplotlib.lines import Line2D
 
 # the two cells are data, not predictors: palette colours no predictor uses
-cell_colours = dict(zip(CELLS, [icmlbook.plot.PALETTE[i] for i in (4, 6)]))
+cell_colours = dict(zip(CELLS, [icmlbook.plot.PALETTE[i] for i in (5, 6)]))
 fig, axes = plt.subplots(
     1, 2, figsize=(8, 2.6), gridspec_kw=dict(width_ratios=[1, 2.4])
 )
@@ -805,7 +899,7 @@ def roundtrip_fraction(n, rng, d_max, w_low, infer=infer_spikes):
     return ok / n
 
 
-check_rng = np.random.default_rng(seed + 100)
+check_rng = run.rng("inference check")
 exact_fraction = roundtrip_fraction(cfg.n_roundtrip, check_rng, d_max, confidence_low)
 ratios = []
 for _ in range(cfg.n_noisy):
@@ -833,7 +927,7 @@ run.metric(
 
 # %% tags=["hide-input"]
 demo_S = [6, 20, 23, 61]  # the last spike lies past the window
-demo_rng = np.random.default_rng(7)
+demo_rng = run.rng("inference demo")
 demo_noisy = spike_distance(demo_S, PRED_LEN, d_max) * np.exp(
     0.3 * demo_rng.standard_normal(PRED_LEN)
 )
@@ -863,9 +957,12 @@ plt.show()
 # %% [markdown]
 # ### Training
 #
-# One distance network and one Poisson network per cell, same data, same steps.
+# One distance network, one Poisson network and one per-bin network per cell, same
+# data, same batches, same steps.
 
 # %%
+run.reseed("init")  # the networks' initial weights come from the global generators
+train_rng = run.rng("training")  # the training windows
 models = {}
 for cell in CELLS:
     models[cell] = train_models(
@@ -873,7 +970,7 @@ for cell in CELLS:
         data[cell]["train"],
         cfg.steps,
         cfg.batch,
-        rng,
+        train_rng,
         d_max,
         desc=f"{cell} cell",
     )
@@ -886,13 +983,17 @@ for cell in CELLS:
 # (stride $L$), and, as a reference, the repeat trial.
 
 # %%
-def evaluate_cell(dnet, pnet, spikes, repeat, rng):
+def evaluate_cell(dnet, pnet, bnet, spikes, repeat, rng):
     """Rollouts of every predictor on one cell's test recording; returns trains and
     d_hat."""
     preds = {}
     preds["distance"], d_hat = rollout_distance(
         dnet, stim_test, spikes, starts, cfg.seg_ms, rng, d_max, confidence_low
     )
+    for decision, train in rollout_per_bin(
+        bnet, stim_test, spikes, starts, cfg.seg_ms, PER_BIN, rng
+    ).items():
+        preds[f"per-bin {decision}"] = train
     for L in INTERVALS:
         for mode, train in rollout_poisson(
             pnet, stim_test, spikes, starts, cfg.seg_ms, L, MODES, rng
@@ -903,9 +1004,10 @@ def evaluate_cell(dnet, pnet, spikes, repeat, rng):
 
 
 results = {}
+rollout_rng = run.rng("rollout")  # greedy jitter, Poisson and Bernoulli samples
 for cell in icmlbook.progress(list(CELLS), desc="rollouts"):
     preds, d_hat = evaluate_cell(
-        *models[cell], data[cell]["test"], data[cell]["repeat"], rng
+        *models[cell], data[cell]["test"], data[cell]["repeat"], rollout_rng
     )
     truth = concat_segments(data[cell]["test"], starts, cfg.seg_ms)
     sch = {n: np.array([schreiber(truth, p, s) for s in SIGMAS])
@@ -1003,6 +1105,7 @@ plt.show()
 
 # %%
 POISSON = [f"Poisson L={L} {m}" for L in INTERVALS for m in MODES]
+PER_BIN_NAMES = [f"per-bin {d}" for d in PER_BIN]
 
 
 def poisson_best(cell, sigma_index, names=POISSON):
@@ -1023,6 +1126,9 @@ for ax, cell in zip(axes, CELLS):
                     alpha=0.3 + 0.7 * i / (len(INTERVALS) - 1),
                     **{**STYLE[f"Poisson, {mode}"], "label": label})
     ax.plot(SIGMAS, sch["repeat trial"], lw=1.5, **REPEAT_STYLE)
+    bin_best = max(PER_BIN_NAMES, key=lambda n: sch[n][SIGMAS.index(2)])
+    ax.plot(SIGMAS, sch[bin_best], lw=1.5,
+            **{**STYLE["per-bin model"], "label": "per-bin model (best decision)"})
     ax.plot(SIGMAS, sch["distance"], lw=2.5, **STYLE["distance model"])
     ax.set(xscale="symlog", xlabel=r"smoothing $\sigma$ (ms)", title=f"{cell} cell",
            xlim=(0, max(SIGMAS)), xticks=SIGMAS, xticklabels=SIGMAS)
@@ -1033,21 +1139,23 @@ axes[0].legend(fontsize=7, title=f"Poisson: faint L = 2 ms to full L = {PRED_LEN
 plt.show()
 
 # %% [markdown]
-# ### Tuning the Poisson baseline on held-out data
+# ### Tuning the baselines on held-out data
 #
-# Which of the 15 Poisson variants should the delayed cell's baseline be? A careful user
-# picks the one that scores best on data she holds out, not on the data she reports.
-# We draw a **validation recording** from the same neuron (fresh flicker, fresh spikes,
-# as long as the test recording, from its own random stream so that training and test
-# are untouched), roll every Poisson variant out on it under the same protocol, and keep
-# the variant with the highest Schreiber similarity at 2 ms. Its score on the *test*
-# recording is the baseline of the claim below. The best variant in hindsight, picked on
-# the test data itself, is printed next to it: no user can make that choice, so it is
-# an upper bound on the baseline, not the baseline.
+# Which of the 15 Poisson variants should the delayed cell's baseline be, and which
+# decision should the per-bin model use? A careful user picks the one that scores best
+# on data she holds out, not on the data she reports. We draw a **validation
+# recording** from the same neuron (fresh flicker, fresh spikes, as long as the test
+# recording, from its own random stream so that training and test are untouched), roll
+# every Poisson variant and every per-bin decision out on it under the same protocol,
+# and keep, for each model, the one with the highest Schreiber similarity at 2 ms.
+# Their scores on the *test* recording are the baselines of the claims below. The best
+# Poisson variant in hindsight, picked on the test data itself, is printed next to
+# them: no user can make that choice, so it is an upper bound on the baseline, not the
+# baseline.
 
 # %%
 D = "delayed"  # the cell every claim is made on
-val_rng = np.random.default_rng(seed + 200)
+val_rng = run.rng("validation")  # the validation recording and its rollouts
 stim_val = flicker(len(stim_test), val_rng)
 val_spikes = simulate_spikes(generator_signal(stim_val, filters[D]),
                              CELLS[D]["base"], CELLS[D]["gain"], val_rng)
@@ -1057,11 +1165,16 @@ for L in INTERVALS:
     for mode, train in rollout_poisson(models[D][1], stim_val, val_spikes, starts,
                                        cfg.seg_ms, L, MODES, val_rng).items():
         val_sch[f"Poisson L={L} {mode}"] = schreiber(val_truth, train, 2)
-val_name = max(POISSON, key=val_sch.get)  # the variant a user would deploy
+for decision, train in rollout_per_bin(models[D][2], stim_val, val_spikes, starts,
+                                       cfg.seg_ms, PER_BIN, val_rng).items():
+    val_sch[f"per-bin {decision}"] = schreiber(val_truth, train, 2)
+val_name = max(POISSON, key=val_sch.get)  # the Poisson variant a user would deploy
+bin_name = max(PER_BIN_NAMES, key=val_sch.get)  # the per-bin decision she would use
 hind_name, hind_score = poisson_best(D, SIGMAS.index(2))
-print(f"validation recording: {int(val_truth.sum())} spikes; best Poisson variant at "
-      f"2 ms: {val_name} ({val_sch[val_name]:.3f} on validation, "
-      f"{results[D]['sch'][val_name][SIGMAS.index(2)]:.3f} on test)")
+for name in (val_name, bin_name):
+    print(f"picked on validation ({int(val_truth.sum())} spikes): {name}: Sch@2ms "
+          f"{val_sch[name]:.3f} on validation, "
+          f"{results[D]['sch'][name][SIGMAS.index(2)]:.3f} on test")
 print(f"best Poisson variant in hindsight on the test data: {hind_name} "
       f"({hind_score:.3f})")
 
@@ -1085,7 +1198,7 @@ for cell in CELLS:
              poisson_best(cell, i10)[0],
              poisson_best(cell, i2, [f"Poisson L={PRED_LEN} {m}" for m in MODES])[0]]
     if cell == D:
-        names.append(val_name)
+        names += [val_name, bin_name]
     for name in dict.fromkeys(names):
         p = r["preds"][name]
         row = (int(p.sum()), *r["sch"][name][[i2, i5, i10]],
@@ -1114,65 +1227,73 @@ print(f"delayed cell, van Rossum at 5 ms: best of all predictors {vr5_best:.3f} 
 # %% [markdown]
 # ## Claims
 #
-# The thresholds below were fixed before the runs of seeds 0-9, from one trial run of
-# this chapter (seed 0), all on the **delayed** cell. Paper claims first, each against
-# the ablation or a baseline, then checks (what must hold if the code is right, but is no
-# evidence for the paper). Changed after a failure: in an earlier version the models
-# saw the stimulus over the predicted span and the cell answered within 20 ms; under
-# the paper's protocol that cell gives the distance model no lead (the contrast below),
-# so the headline cell now has a retinal latency. And the comparison with the best
-# Poisson model was first a claim with the Poisson variant picked in hindsight on the
-# test data, where it failed on a seed; picked on the validation recording instead, as
-# a user would tune it, it still fell short of a match on that seed (the same variant
-# won on both recordings, with 1500 training steps per model), so the lead is a reported
-# result, not a claim; the default tier has since been cut to 1000 steps. What is claimed
-# against the tuned model is the weaker statement those runs support, a match within 10%
-# (non-inferiority); that bar was set after seeds 0-19 had been run at 1000 steps, where
-# the ratio stayed at or above 1.01, so the full tier is its first fresh test. The
-# collapse of short intervals, a claim at first, is reported, not claimed or checked:
-# it is the baseline's premise (the paper's motivation), not evidence for the distance
-# model, and it did not hold at the full tier, whose longer training lets round/floor
-# at 5 ms emit well over 5% of the recorded spikes.
+# All on the **delayed** cell, at Schreiber similarity at 2 ms or a spike count. Paper
+# claims first, each against the ablation or a baseline; then checks (what must hold if
+# the code is right, but is no evidence for the paper); then findings (what the paper
+# states and we measure without claiming it); and the paper's headlines, each graded
+# from the claims and findings that test it by one fixed rule: *reproduced* when every
+# claim holds at full strength and every finding goes the paper's way, *partly* when a
+# claim holds only in a weaker form or after a change, or a finding goes against the
+# paper, *not reproduced* when nothing holds.
+#
+# Where the thresholds come from. The per-bin ablation's bar was set from a trial run
+# (seed 0) and checked on the calibration seeds 0-9 before seeds 10-19 were run. The
+# comparison with the tuned Poisson model has a history. It was first a claim that the
+# distance model *leads* the best Poisson variant picked in hindsight on the test data;
+# that failed on a seed. Picked on a validation recording instead, as a user would pick
+# it, the baseline still beat the distance model on that seed with 1500 training steps
+# per model. In the same revision the default budget was cut from 1500 to 1000 steps
+# (to keep the run short; but since the cut came with that failure, read the budget as
+# changed after it too), the lead became a reported finding, and the claim became the
+# weaker statement the runs support: a match within 10% (non-inferiority), a bar set
+# after seeds 0-19 had been run at 1000 steps. The comparison with the Poisson model on
+# the same 48 ms span is a check, not a paper claim: one count per span with evenly
+# placed spikes has no timing inside the span, so the distance model beats it almost by
+# construction. The collapse of short intervals is a finding: it held at the default
+# budget but not with the full tier's longer training.
 
 # %% tags=["thresholds"]
-# Sch@2ms distance / the best Poisson on the 48 ms span; trial run seed 0: about 2.0
-# (with 1500 training steps; the default tier trains 1000 since)
-C_VS_SAME_SPAN = 1.2
+# Sch@2ms distance / per-bin model (decision picked on validation); set from a trial
+# run (seed 0), before the calibration seeds 0-9
+C_VS_PER_BIN = 1.1
 # Sch@2ms distance / the Poisson variant picked on validation; seeds 0-19 at 1000
-# steps: 1.01-1.73. A non-inferiority margin of 10%, set after those runs (see above)
+# steps: 1.01-1.73. A non-inferiority margin of 10%, set after a failure (see above)
 C_VS_TUNED = 0.9
+# Sch@2ms distance / best Poisson on the 48 ms span (a check: no timing inside a span);
+# trial run seed 0: about 2.0
+C_VS_SAME_SPAN = 1.2
 # share of noise-free distance curves the greedy inverts exactly (exactness, Eq. 5)
 C_ROUNDTRIP = 1.0
 # median greedy objective / exact DP optimum on noisy curves; measured 1.00-1.01
 C_GREEDY_GAP = 1.05
 # |sd of the generator g - 1| on the test recording (exact scale of Eq. 1); sampling
 C_UNIT_SD = 0.1
+# the paper's verdict follows icmlbook.verdicts' rule, fixed before the final sweep
 
 # %%
 same_span = [f"Poisson L={PRED_LEN} {m}" for m in MODES]
 span_name, span_score = poisson_best(D, i2, same_span)
 dist_score = float(results[D]["sch"]["distance"][i2])
 val_score = float(results[D]["sch"][val_name][i2])  # the tuned baseline, on test
-collapse = max(count_ratio(D, f"Poisson L={L} {m}")
-               for L in (2, 5) for m in ("round", "floor"))
-print(f"Schreiber at 2 ms, delayed cell: distance model {dist_score:.3f}; "
-      f"same-span Poisson ({span_name}) {span_score:.3f}; Poisson tuned on validation "
-      f"({val_name}) {val_score:.3f}; best Poisson in hindsight ({hind_name}) "
-      f"{hind_score:.3f}, ratio {dist_score / max(hind_score, 0.01):.3f} (reported)")
-run.claim(
-    "Sch@2ms distance / Poisson on the same 48 ms span",
-    dist_score / max(span_score, 0.01),
-    ">=",
-    C_VS_SAME_SPAN,
-    "Swapping the spike-distance objective for a Poisson count over the same span "
-    "(same input, network, stride) loses millisecond timing",
-    versus="ablation",
-    against="Poisson count objective, L = 48 ms, best of round/floor/sample",
-)
+bin_score = float(results[D]["sch"][bin_name][i2])  # the tuned ablation, on test
 vs_tuned = dist_score / max(val_score, 0.01)
-lead = "a lead" if vs_tuned > 1 else "no lead"
-print(f"Sch@2ms distance / Poisson tuned on validation {vs_tuned:.3f}: "
-      f"{lead} (the lead is reported, not claimed)")
+print(f"Schreiber at 2 ms, delayed cell: distance model {dist_score:.3f}; per-bin "
+      f"model ({bin_name}) {bin_score:.3f}; Poisson tuned on validation ({val_name}) "
+      f"{val_score:.3f}; same-span Poisson ({span_name}) {span_score:.3f}; best "
+      f"Poisson in hindsight ({hind_name}) {hind_score:.3f}")
+run.claim(
+    "Sch@2ms distance / per-bin model, same span and stride",
+    dist_score / max(bin_score, 0.01),
+    ">=",
+    C_VS_PER_BIN,
+    "Swapping the spike-distance objective for a per-bin spike likelihood (same input, "
+    "network, span, stride and budget) loses millisecond timing",
+    versus="ablation",
+    against="per-bin Bernoulli objective (Eq. 8), decision (round, sample or peaks "
+    "above a level) picked on a validation recording",
+    strength="superiority",
+    provenance="calibrated",
+)
 run.claim(
     "Sch@2ms distance / Poisson tuned on validation",
     vs_tuned,
@@ -1183,17 +1304,97 @@ run.claim(
     versus="baseline",
     against="the best of 15 Poisson variants (5 intervals x round/floor/sample), "
     "picked on a validation recording",
+    strength="non-inferiority",
+    provenance="changed after failure",
+    strict=1.0,
 )
-print(f"reported: short-interval Poisson count share (round/floor, L <= 5 ms) "
-      f"{collapse:.3f} of the recorded spikes")
-run.metric("short_interval_count_share", collapse)
 unit_sd = abs(data[D]["g_test"][FILTER_MS:].std() - 1.0)
+run.check("Sch@2ms distance / Poisson on the same 48 ms span",
+          dist_score / max(span_score, 0.01), ">=", C_VS_SAME_SPAN,
+          "a count per 48 ms span with evenly placed spikes has no timing inside the "
+          "span: the distance model beats it almost by construction")
 run.check("noise-free round trip, fraction exact", exact_fraction, ">=", C_ROUNDTRIP,
           "the greedy inference recovers exact spikes from noise-free distances")
 run.check("greedy / exact DP objective, median", float(np.median(ratios)), "<=",
           C_GREEDY_GAP, "on noisy curves the greedy is within 5% of the optimum")
 run.check("|sd(g) - 1|", unit_sd, "<=", C_UNIT_SD,
           "the exact scale makes the generator unit-variance")
+
+# the findings: each in the paper's direction
+NEAR_ZERO = 0.05  # "tend towards 0": at most 5% of the recorded spikes (our reading)
+collapse = max(count_ratio(D, f"Poisson L={L} {m}")
+               for L in (2, 5) for m in ("round", "floor"))
+hindsight = {c: float(results[c]["sch"]["distance"][i2])
+             / max(poisson_best(c, i2)[1], 0.01) for c in CELLS}
+vr5_poisson = min(vr5[D][n] for n in POISSON)
+run.finding(
+    "lead over the tuned Poisson model, Sch@2ms ratio",
+    vs_tuned, ">", 1.0,
+    paper="our approach outperforms the use of Poisson models at spike train inference",
+    shows="at the default budget the distance model usually leads the Poisson variant "
+    "a user would pick, but not by much, and with 1500 training steps it fell short on "
+    "a seed",
+)
+run.finding(
+    "delayed cell: Sch@2ms distance / best Poisson in hindsight",
+    hindsight[D], ">", 1.0,
+    paper="the spike distance approach outperforms Poisson models (at every summation "
+    "interval)",
+    shows="against the best of the 15 Poisson variants picked on the test data itself",
+)
+run.finding(
+    "fast cell: Sch@2ms distance / best Poisson in hindsight",
+    hindsight["fast"], ">", 1.0,
+    paper="the spike distance approach outperforms Poisson models (at every summation "
+    "interval)",
+    shows="for a cell that answers within about 20 ms, a Poisson model that steps "
+    "forward 10-20 ms at a time sees stimulus the distance model has not seen, and the "
+    "lead goes",
+)
+run.finding(
+    "van Rossum at 5 ms: distance / best Poisson",
+    vr5[D]["distance"] / max(vr5_poisson, 1e-9), "<", 1.0,
+    paper="the spike distance approach outperforms the Poisson approach across a wide "
+    "range of smoothing parameters for the two evaluation metrics used",
+    shows="for an unreliable cell a near-empty Poisson prediction is hard to beat on a "
+    "squared-error distance at a short time constant",
+)
+run.finding(
+    "short-interval round/floor Poisson: count share",
+    collapse, "<=", NEAR_ZERO,
+    paper="shorter intervals cause maximum likelihood predictions to tend towards 0 "
+    "for all time",
+    shows="holds at the default budget; a model trained longer (the full tier) crosses "
+    "1/2 more often at 5 ms and emits a sizeable share of the spikes",
+)
+run.finding(
+    "per-bin round decision: count share",
+    count_ratio(D, "per-bin round"), "<=", NEAR_ZERO,
+    paper="shorter intervals cause maximum likelihood predictions to tend towards 0 "
+    "for all time",
+    shows="the most likely value of a 1 ms bin is almost always 'no spike'",
+)
+run.headline(
+    "outperforms Poisson models",
+    "We show that our approach outperforms the use of Poisson models at spike train "
+    "inference.",
+    source="Abstract; results (Schreiber similarity, van Rossum distance)",
+    claims=["Sch@2ms distance / per-bin model, same span and stride",
+            "Sch@2ms distance / Poisson tuned on validation"],
+    findings=["lead over the tuned Poisson model, Sch@2ms ratio",
+              "delayed cell: Sch@2ms distance / best Poisson in hindsight",
+              "fast cell: Sch@2ms distance / best Poisson in hindsight",
+              "van Rossum at 5 ms: distance / best Poisson"],
+)
+run.headline(
+    "the Poisson trade-off",
+    "longer intervals prevent precise spike localization, while shorter intervals "
+    "cause maximum likelihood predictions to tend towards 0 for all time",
+    source="Fig. 1 caption",
+    findings=["short-interval round/floor Poisson: count share",
+              "per-bin round decision: count share"],
+)
+run.metric("short_interval_count_share", collapse)
 run.metric("count_ratio_distance", count_ratio(D, "distance"))
 run.metric("schreiber_distance",
            {f"{s}ms": float(v) for s, v in zip(SIGMAS, results[D]["sch"]["distance"])})
@@ -1202,6 +1403,9 @@ run.metric("schreiber_best_poisson_hindsight",
 run.metric("poisson_validation_pick",
            dict(name=val_name, validation=float(val_sch[val_name]), test=val_score,
                 ratio=vs_tuned, ratio_hindsight=dist_score / max(hind_score, 0.01)))
+run.metric("per_bin_validation_pick",
+           dict(name=bin_name, validation=float(val_sch[bin_name]), test=bin_score,
+                count_ratio=count_ratio(D, bin_name)))
 run.metric("van_rossum_5ms_best", vr5_best);
 
 # %%
@@ -1277,7 +1481,7 @@ run.metric("cell_contrast", contrast)
 no_end = lambda d, dm, wl: infer_spikes(d, dm, wl, beyond=0)
 broken_fraction = roundtrip_fraction(
     cfg.n_roundtrip,
-    np.random.default_rng(seed + 100),
+    run.rng("inference check"),  # the same spike sets as the check above
     d_max,
     confidence_low,
     infer=no_end,
