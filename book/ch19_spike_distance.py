@@ -34,25 +34,29 @@
 # timing of each spike in the position of a "V". A small algorithm then turns a
 # predicted distance curve back into a spike train.
 #
-# **The claim, and what this book changes.** The authors' retinal recordings cannot be
-# fetched here, so we **simulate** a ganglion-cell-like neuron, with small networks and
-# a 48 ms prediction span instead of the paper's 80 ms. We keep the paper's protocol:
-# every model sees the stimulus and the spike history up to "now" only, and is rolled
-# out on its own predictions. Under it, for a cell that answers the stimulus about
-# 60 ms late (within the range of retinal ganglion cells), the distance model beats a
-# Poisson model trained on its own 48 ms span (the objective swapped, all else equal)
-# on Schreiber similarity at 2 ms, and at our default training budget short-interval
-# Poisson models collapse to almost no spikes. The paper's headline against the *best* Poisson model reproduces only
-# in part: against the best of 15 Poisson variants (5 intervals, 3 ways to turn a rate
-# into spikes), picked as a user would pick it on a held-out validation recording (an
-# addition of this book), the distance model leads at our default training budget, but
-# with a longer training run it fell short on a seed, so we claim only a match within
-# 10% and report the lead. We also show where
-# the advantage goes: for a cell that answers within about 20 ms, the Poisson models
-# that step forward 10–20 ms at a time see stimulus the distance model has not seen,
-# and the lead fades. On the van Rossum distance at $\tau = 5$ ms no predictor, not
-# even a second trial of the true neuron, beats predicting no spikes at all; we report
-# it and claim nothing on it.
+# **The claim, and what this book changes.** The paper's headline: "We show that our
+# approach outperforms the use of Poisson models at spike train inference" (abstract),
+# with the mechanism of its first figure: with long intervals spikes cannot be
+# localised, and with short ones "maximum likelihood predictions … tend towards 0 for
+# all time". Its verdict at our scale is printed with the claims below. The authors'
+# retinal recordings cannot be fetched here, so we **simulate** a ganglion-cell-like
+# neuron, with small networks and a 48 ms prediction span instead of the paper's 80 ms.
+# We keep the paper's protocol: every model sees the stimulus and the spike history up
+# to "now" only, and is rolled out on its own predictions. For a cell that answers the
+# stimulus about 60 ms late (within the range of retinal ganglion cells) we claim two
+# things on Schreiber similarity at 2 ms. First, the **objective swap**: the distance
+# model beats the same network trained with a per-bin spike likelihood (the Poisson
+# objective at 1 ms, for every bin of the same span, at the same stride and budget; an
+# ablation of this book). Second, against the best of 15 Poisson variants (5 intervals,
+# 3 ways to turn a rate into spikes), picked as a user would pick it on a held-out
+# validation recording (also an addition of this book), the distance model is at least
+# a match within 10%: that claim was weakened after a seed fell short of a lead, so the
+# lead itself is a finding, not a claim. We also show where the advantage goes: for a
+# cell that answers within about 20 ms, the Poisson models that step forward 10–20 ms
+# at a time see stimulus the distance model has not seen, and the lead goes. On the
+# van Rossum distance at $\tau = 5$ ms no predictor, not even a second trial of the true
+# neuron, beats predicting no spikes at all, and the distance model does not beat the
+# Poisson models there: a finding against the paper.
 
 # %% tags=["parameters"]
 tier = "default"  # smoke | default | full: size of the experiment
@@ -359,7 +363,8 @@ class PoissonNet(nn.Module):
 
 
 class PerBinNet(nn.Module):
-    """Predicts the log-odds z_t of a spike in each of the next PRED_LEN bins (Eq. 8)."""
+    """Predicts the log-odds z_t of a spike in each of the next PRED_LEN bins (Eq. 8).
+    """
 
     def __init__(self):
         super().__init__()
@@ -644,13 +649,15 @@ def place_evenly(n, L):
     return ((np.arange(n) + 0.5) * L / n).astype(int) if n > 0 else np.zeros(0, int)
 
 
-PEAK_LEVELS = (0.02, 0.05, 0.1, 0.2, 0.3)  # levels theta of the per-bin peak decision
+# levels theta of the per-bin peak decision
+PEAK_LEVELS = (0.02, 0.05, 0.1, 0.15, 0.2, 0.3, 0.4)
 PER_BIN = ("round", "sample", *(f"peaks {q}" for q in PEAK_LEVELS))
 PEAK_HALF_WIDTH = 2  # a peak is the largest p_t within +-2 bins
 
 
 def per_bin_spikes(p, decision, rng):
-    """Spikes (0/1, same shape) from per-bin spike probabilities p (rows of PRED_LEN)."""
+    """Spikes (0/1, same shape) from per-bin spike probabilities p (PRED_LEN columns).
+    """
     if decision == "round":
         return (p >= 0.5).astype(np.float32)
     if decision == "sample":
@@ -1095,17 +1102,19 @@ plt.show()
 # *floor* (teal) predict (almost) nothing: the paper's "maximum likelihood predictions
 # tend towards 0". How far they collapse depends on the training budget: a model trained
 # longer (the full tier) grows sharper rates, crosses $\tfrac12$ more often at 5 ms, and
-# emits a sizeable share of the recorded spikes there, so the count share is printed
-# with the claims as a reported result, not checked. Longer intervals recover some spikes, but each is placed at a fixed
-# position inside its interval. *Sample* (amber) gets the count right by construction,
-# at the price of putting spikes at random. The distance model (blue) emits a number of
-# spikes close to the recorded one without any count decision.
+# emits a sizeable share of the recorded spikes there, so the count share is a finding
+# printed with the claims, not a check. Longer intervals recover some spikes, but each
+# is placed at a fixed position inside its interval. *Sample* (amber) gets the count
+# right by construction, at the price of putting spikes at random. The distance model
+# (blue) emits a number of spikes close to the recorded one without any count decision.
 #
 # ### Similarity across smoothing widths
 
 # %%
 POISSON = [f"Poisson L={L} {m}" for L in INTERVALS for m in MODES]
 PER_BIN_NAMES = [f"per-bin {d}" for d in PER_BIN]
+PAPER_DECISIONS = ["per-bin round", "per-bin sample"]  # the paper's count decisions
+PEAKS = [n for n in PER_BIN_NAMES if "peaks" in n]
 
 
 def poisson_best(cell, sigma_index, names=POISSON):
@@ -1160,7 +1169,7 @@ stim_val = flicker(len(stim_test), val_rng)
 val_spikes = simulate_spikes(generator_signal(stim_val, filters[D]),
                              CELLS[D]["base"], CELLS[D]["gain"], val_rng)
 val_truth = concat_segments(val_spikes, starts, cfg.seg_ms)
-val_sch = {}
+val_sch, val_count = {}, {}
 for L in INTERVALS:
     for mode, train in rollout_poisson(models[D][1], stim_val, val_spikes, starts,
                                        cfg.seg_ms, L, MODES, val_rng).items():
@@ -1168,12 +1177,21 @@ for L in INTERVALS:
 for decision, train in rollout_per_bin(models[D][2], stim_val, val_spikes, starts,
                                        cfg.seg_ms, PER_BIN, val_rng).items():
     val_sch[f"per-bin {decision}"] = schreiber(val_truth, train, 2)
+    val_count[f"per-bin {decision}"] = train.sum() / max(val_truth.sum(), 1)
 val_name = max(POISSON, key=val_sch.get)  # the Poisson variant a user would deploy
-bin_name = max(PER_BIN_NAMES, key=val_sch.get)  # the per-bin decision she would use
+bin_name = max(PAPER_DECISIONS, key=val_sch.get)  # per-bin, the paper's decisions
+peak_name = max(PEAKS, key=val_sch.get)  # per-bin, the peak level picked on Sch@2ms
+# per-bin, the peak level whose spike count is closest to the recorded one
+count_name = min(PEAKS, key=lambda n: abs(np.log(max(val_count[n], 1e-3))))
 hind_name, hind_score = poisson_best(D, SIGMAS.index(2))
-for name in (val_name, bin_name):
-    print(f"picked on validation ({int(val_truth.sum())} spikes): {name}: Sch@2ms "
-          f"{val_sch[name]:.3f} on validation, "
+print(f"validation recording: {int(val_truth.sum())} spikes")
+print(f"{'per-bin decision':<20} {'spikes/recorded':>16} {'Sch@2ms val':>12} "
+      f"{'Sch@2ms test':>13}")
+for name in PER_BIN_NAMES:
+    print(f"{name[8:]:<20} {val_count[name]:>16.2f} {val_sch[name]:>12.3f} "
+          f"{results[D]['sch'][name][SIGMAS.index(2)]:>13.3f}")
+for name in dict.fromkeys((val_name, bin_name, peak_name, count_name)):
+    print(f"picked on validation: {name}: Sch@2ms {val_sch[name]:.3f} on validation, "
           f"{results[D]['sch'][name][SIGMAS.index(2)]:.3f} on test")
 print(f"best Poisson variant in hindsight on the test data: {hind_name} "
       f"({hind_score:.3f})")
@@ -1198,7 +1216,7 @@ for cell in CELLS:
              poisson_best(cell, i10)[0],
              poisson_best(cell, i2, [f"Poisson L={PRED_LEN} {m}" for m in MODES])[0]]
     if cell == D:
-        names += [val_name, bin_name]
+        names += [val_name, bin_name, peak_name, count_name]
     for name in dict.fromkeys(names):
         p = r["preds"][name]
         row = (int(p.sum()), *r["sch"][name][[i2, i5, i10]],
@@ -1275,10 +1293,14 @@ same_span = [f"Poisson L={PRED_LEN} {m}" for m in MODES]
 span_name, span_score = poisson_best(D, i2, same_span)
 dist_score = float(results[D]["sch"]["distance"][i2])
 val_score = float(results[D]["sch"][val_name][i2])  # the tuned baseline, on test
-bin_score = float(results[D]["sch"][bin_name][i2])  # the tuned ablation, on test
+bin_score = float(results[D]["sch"][bin_name][i2])  # the ablation, on test
+peak_score = float(results[D]["sch"][peak_name][i2])
+count_score = float(results[D]["sch"][count_name][i2])
 vs_tuned = dist_score / max(val_score, 0.01)
 print(f"Schreiber at 2 ms, delayed cell: distance model {dist_score:.3f}; per-bin "
-      f"model ({bin_name}) {bin_score:.3f}; Poisson tuned on validation ({val_name}) "
+      f"model, the paper's decisions ({bin_name}) {bin_score:.3f}, peaks picked on "
+      f"validation ({peak_name}) {peak_score:.3f}, peaks matching the count "
+      f"({count_name}) {count_score:.3f}; Poisson tuned on validation ({val_name}) "
       f"{val_score:.3f}; same-span Poisson ({span_name}) {span_score:.3f}; best "
       f"Poisson in hindsight ({hind_name}) {hind_score:.3f}")
 run.claim(
@@ -1287,12 +1309,13 @@ run.claim(
     ">=",
     C_VS_PER_BIN,
     "Swapping the spike-distance objective for a per-bin spike likelihood (same input, "
-    "network, span, stride and budget) loses millisecond timing",
+    "network, span, stride and budget), decoded by the paper's count decisions, loses "
+    "millisecond timing",
     versus="ablation",
-    against="per-bin Bernoulli objective (Eq. 8), decision (round, sample or peaks "
-    "above a level) picked on a validation recording",
+    against="per-bin Bernoulli objective (Eq. 8), round or sample (the paper's "
+    "decisions for its Poisson models), picked on a validation recording",
     strength="superiority",
-    provenance="calibrated",
+    provenance="changed after failure",
 )
 run.claim(
     "Sch@2ms distance / Poisson tuned on validation",
@@ -1327,6 +1350,23 @@ collapse = max(count_ratio(D, f"Poisson L={L} {m}")
 hindsight = {c: float(results[c]["sch"]["distance"][i2])
              / max(poisson_best(c, i2)[1], 0.01) for c in CELLS}
 vr5_poisson = min(vr5[D][n] for n in POISSON)
+run.finding(
+    "Sch@2ms distance / per-bin model, peak level picked on validation",
+    dist_score / max(peak_score, 0.01), ">", 1.0,
+    paper="the spike distance objective outperforms Poisson objectives at spike train "
+    "inference",
+    shows="decoded by peaks above a level tuned on validation, the per-bin likelihood "
+    "times spikes as well as or better than the distance model at 2 ms, while "
+    "emitting far more spikes than were recorded",
+)
+run.finding(
+    "Sch@2ms distance / per-bin model, peak level matching the count",
+    dist_score / max(count_score, 0.01), ">", 1.0,
+    paper="the spike distance objective outperforms Poisson objectives at spike train "
+    "inference",
+    shows="with the level set so that the per-bin model emits about the recorded "
+    "number of spikes on validation",
+)
 run.finding(
     "lead over the tuned Poisson model, Sch@2ms ratio",
     vs_tuned, ">", 1.0,
@@ -1381,7 +1421,9 @@ run.headline(
     source="Abstract; results (Schreiber similarity, van Rossum distance)",
     claims=["Sch@2ms distance / per-bin model, same span and stride",
             "Sch@2ms distance / Poisson tuned on validation"],
-    findings=["lead over the tuned Poisson model, Sch@2ms ratio",
+    findings=["Sch@2ms distance / per-bin model, peak level picked on validation",
+              "Sch@2ms distance / per-bin model, peak level matching the count",
+              "lead over the tuned Poisson model, Sch@2ms ratio",
               "delayed cell: Sch@2ms distance / best Poisson in hindsight",
               "fast cell: Sch@2ms distance / best Poisson in hindsight",
               "van Rossum at 5 ms: distance / best Poisson"],
@@ -1403,9 +1445,10 @@ run.metric("schreiber_best_poisson_hindsight",
 run.metric("poisson_validation_pick",
            dict(name=val_name, validation=float(val_sch[val_name]), test=val_score,
                 ratio=vs_tuned, ratio_hindsight=dist_score / max(hind_score, 0.01)))
-run.metric("per_bin_validation_pick",
-           dict(name=bin_name, validation=float(val_sch[bin_name]), test=bin_score,
-                count_ratio=count_ratio(D, bin_name)))
+run.metric("per_bin_validation_picks",
+           {n: dict(validation=float(val_sch[n]), test=float(results[D]["sch"][n][i2]),
+                    count_ratio=count_ratio(D, n))
+            for n in dict.fromkeys((bin_name, peak_name, count_name))})
 run.metric("van_rossum_5ms_best", vr5_best);
 
 # %%
@@ -1415,19 +1458,20 @@ run.verdict()
 # %% [markdown]
 # ## Across seeds
 #
-# One run is one seed. The table and strip plot below read this chapter's results
-# file, made by `icmlbook sweep 19 --seeds 0-9 --update-results`: every claim and check
-# over seeds 0-9 at the default tier, with the number of seeds on which it holds and
-# its worst margin (how far inside the threshold the worst seed stayed).
+# One run is one seed. The table and strip plot below read this chapter's results file,
+# made by `icmlbook sweep 19 --seeds 0-19 --update-results`: every claim, check and
+# finding at the default tier, on the calibration seeds 0-9 and, apart, on the
+# confirmation seeds 10-19, with the number of seeds on which each holds (for a finding:
+# goes the paper's way) and its worst margin (how far inside the threshold the worst
+# seed stayed). The thresholds were fixed before any of these twenty runs.
 #
-# The ablation against the same-span Poisson model holds with a wide margin. Against the Poisson model tuned on validation the table holds
-# the match within 10%; whether the distance model *leads* is a reported result (the
-# printout above shows this run's ratio). With the default tier's 1000 training steps
-# per model it led on each of seeds 0-9, but with 1500 steps it fell short on one of
-# them, and a lead that comes and goes with the training budget is not one we enforce.
-# At our scale the paper's "outperforms Poisson models" holds firmly against a Poisson
-# model on the same span, and only as "a match, usually a lead" against the best
-# Poisson model a user could pick.
+# Read the findings with the claims. The per-bin ablation holds with the paper's count
+# decisions; the findings beside it say whether it survives a decoder the paper does
+# not use (peaks of the per-bin probability above a level). The tuned Poisson model is
+# matched within 10% on every seed; whether the distance model *leads* it is the
+# finding on the lead. At our scale the paper's "outperforms Poisson models" holds
+# against its own kind of Poisson baseline at millisecond timing, with the exceptions
+# the findings name.
 
 # %%
 across = icmlbook.across_seeds(run)
@@ -1456,17 +1500,16 @@ for cell in CELLS:
 run.metric("cell_contrast", contrast)
 
 # %% [markdown]
-# In this run the distance model leads on the delayed cell at every width. On the fast
-# cell it still beats the Poisson model on its own span (the ablation: both see the
-# same stimulus), but
-# its lead over the best Poisson model, which steps forward 10–20 ms at a time, is gone:
-# the ratio is about 1 or below at 2, 5 and 10 ms (printed above; the same holds on
-# seeds 0-9, though we do not enforce it). The spike distance helps with
-# *timing*; it cannot time spikes driven by stimulus the model has not been shown. Had
-# we given the models the stimulus over the predicted span, as an earlier version of
-# this chapter did, the distance model would lead on the fast cell too; that protocol is
-# not the paper's. How long the paper's cells take to answer relative to its 80 ms span
-# we cannot tell from the paper; its result says the span was not too long for them.
+# On the fast cell the distance model still beats the Poisson model on its own span
+# (both see the same stimulus), but its lead over the best Poisson model, which steps
+# forward 10–20 ms at a time, shrinks to about nothing (printed above; the finding
+# "fast cell: Sch@2ms distance / best Poisson in hindsight" records it on every seed,
+# next to the same ratio on the delayed cell). The spike distance helps with *timing*;
+# it cannot time spikes driven by stimulus the model has not been shown. Had we given
+# the models the stimulus over the predicted span, as an earlier version of this chapter
+# did, the distance model would lead on the fast cell too; that protocol is not the
+# paper's. How long the paper's cells take to answer relative to its 80 ms span we
+# cannot tell from the paper; its result says the span was not too long for them.
 
 # %% [markdown]
 # ## What a broken inference does
@@ -1583,38 +1626,209 @@ icmlbook.explore(explore_inference, controls, run=run)
 # | target | spike distance, $d_{\max} = 200$ ms, future spikes only, 0.25 at spikes, 80 ms predicted | the same with $d_{\max} = 50$ ms and a 48 ms span (Eq. 2) |
 # | model | U-Net-style CNN, log-distance output, $3\cdot$MSE | a 2-layer strided CNN, same output and loss (Eq. 3) |
 # | inference | greedy removal over a linked list of candidates with confidence weights 1 → 0.3 and sparse end nodes | the same idea, with dense end nodes up to $d_{\max}$ past the window; checked against an exact DP (Eqs. 4–5) |
-# | baselines | Poisson models at several intervals, round / floor / sample, spikes evenly placed | the same at $L \in \{2, 5, 10, 20, 48\}$ ms, one network with 5 heads; the variant a claim is made against is the best of the 15 on a validation recording of the same neuron (the best on the test data, in hindsight, is reported) |
+# | baselines | Poisson models at several intervals, round / floor / sample, spikes evenly placed | the same at $L \in \{2, 5, 10, 20, 48\}$ ms, one network with 5 heads, the variant claimed against picked on a validation recording of the same neuron (the best on the test data, in hindsight, is reported); and a per-bin Bernoulli network on the distance model's span and stride (Eq. 8), the objective swapped and nothing else (an ablation of this book) |
 # | protocol | autoregressive rollout on the test recording, stride 80 ms (distance) or $L$ | the same, stride 48 ms or $L$, in parallel test segments that each start from the recorded history |
-# | metrics | Schreiber similarity, van Rossum distance, smoothed correlation | the same three; claims use Schreiber similarity at 2 ms and spike counts |
-# | result | the distance model outperforms Poisson models at spike-train inference | delayed cell: Sch@2ms ≥ 1.2 × the same-span Poisson model (`C_VS_SAME_SPAN`); against the Poisson model tuned on validation, Sch@2ms ≥ 0.9 × it (`C_VS_TUNED`, a match within 10%), and a lead on seeds 0-9 at 1000 training steps but not on every seed at 1500 (reported, not claimed); round/floor at $L \le 5$ ms emit almost no spikes at the default budget, more with the full tier's longer training (reported); fast cell: no clear lead over the best Poisson model (reported, not claimed); van Rossum at 5 ms: no predictor beats an empty one (reported) |
+# | training | AdamW with a one-cycle schedule, 80 epochs | AdamW with a one-cycle schedule, 1000 steps per model at the default tier |
+# | metrics | Schreiber similarity, van Rossum distance, smoothed correlation | the same three; claims use Schreiber similarity at 2 ms |
+#
+# **What did not reproduce, or only in part** (each a finding, printed with the claims
+# and swept over the seeds). The lead over the Poisson model a user would pick is
+# claimed only as a match within 10%, a claim weakened after a seed fell short of a
+# lead at 1500 training steps; the default budget was cut to 1000 steps in the same
+# revision. Decoded by peaks above a level, rather than by the paper's count decisions,
+# the per-bin likelihood can match or beat the distance model at 2 ms (two findings:
+# the level picked on Schreiber similarity, which over-predicts, and the level that
+# matches the recorded count). On the fast cell the lead over the best Poisson model is
+# about gone. On the van Rossum distance at 5 ms the distance model does not beat the
+# best Poisson model, which wins by predicting almost nothing. The collapse of
+# short-interval round/floor decisions holds at the default budget and not with the
+# full tier's longer training.
+#
+# **Paper coverage.**
+#
+# | the paper's result | here |
+# |---|---|
+# | the spike distance objective and its target (future spikes only, $\tfrac14$ at a spike) | implemented (Eqs. 2–3); exercise 1 derives the $\tfrac14$ |
+# | the inference algorithm ("efficient algorithm" for spike trains from distances) | implemented (Eqs. 4–5); checks "noise-free round trip", "greedy / exact DP objective"; exercise 2 on the model's own predictions |
+# | Fig. 1: long intervals cannot place spikes, short ones collapse to 0 | tested: check "Sch@2ms distance / Poisson on the same 48 ms span"; findings "short-interval round/floor Poisson: count share", "per-bin round decision: count share"; exercise 3 |
+# | headline: outperforms Poisson models (chicken and frog RGCs, several intervals, Schreiber and van Rossum over smoothing widths) | tested on a simulated cell: claims "Sch@2ms distance / per-bin model, same span and stride", "Sch@2ms distance / Poisson tuned on validation"; findings on the lead, the peak decoders, both cells and van Rossum; figure "Similarity across smoothing widths" (reported) |
+# | the authors' recordings, their U-Net, 80 ms span and 1 s input | out of scope: no download here, CPU budget |
+# | the Poisson models' ways of turning a rate into spikes | round, floor and sample with evenly placed spikes; other inference approaches the paper considers are not covered |
 #
 # Notes. (i) The neurons are simulated; the paper's cells, their reliability and their
 # latency are not ours, and **the advantage depends on the cell**: it shows for a cell
 # that fires on a minority of its driving events and answers later than a good part of
 # the prediction span. (ii) The baseline variant is picked on a validation recording,
-# as a user would pick it; the best variant in hindsight on the test data, an
-# advantage no user has, is printed next to it and is not claimed against. (iii) The repeat trial is a *random* sample of
-# the true neuron, so a deterministic predictor that puts spikes on the most likely
-# times can exceed it, as the distance model does here; it is a reference, not a
-# ceiling. (iv) We did not retrieve the paper's numbers, so we compare with its claims,
-# not its tables.
+# as a user would pick it; the best variant in hindsight on the test data, an advantage
+# no user has, is printed next to it and recorded as a finding, not claimed against.
+# (iii) The repeat trial is a *random* sample of the true neuron, so a deterministic
+# predictor that puts spikes on the most likely times can exceed it, as the distance
+# model does here; it is a reference, not a ceiling. (iv) We did not retrieve the
+# paper's numbers, so we compare with its claims, not its tables.
 
 # %% [markdown]
 # ## Exercises
+
+# %% [markdown] tags=["exercise"]
+# **Exercise 1. Why a quarter.** A spike falls uniformly at random inside its 1 ms bin,
+# and distances are measured from the centres of the bins. Show that the expected
+# distance from the centre of the spike's own bin to the spike is $\tfrac14$ ms, and that
+# from the centre of a bin $k \ge 1$ bins away it is exactly $k$ ms. What does that say
+# about the target of Eq. 2? Check both by simulation.
+
+# %% [markdown] tags=["solution"]
+# :::{dropdown} Solution to exercise 1
+# Put the bin's centre at 0 and the spike at $U \sim \mathcal U(-\tfrac12, \tfrac12)$.
+# In its own bin,
 #
-# 1. **Past spikes in the target.** Build the target from all spikes (past ones too),
-#    retrain, and look at where the inference puts spikes relative to the start of each
-#    48 ms window. Then make the inference consistent (clamp the implied distance with
-#    the last known spike, as the paper's `empty_dist` does) and measure again.
-# 2. **Latency sweep.** Vary the cell's latency from 0 to 60 ms and plot the distance
-#    model's ratio to the best Poisson model at $\sigma = 2$ ms. Then give
-#    every model the stimulus over the predicted span too, and repeat. Where does the
-#    ratio cross 1 under each protocol?
-# 3. **Reliability.** Raise the gain to 5 and lower the base to −10, so that the cell
-#    fires bursts on nearly every event. Does Poisson *round* at $L = 10$ ms catch up?
-# 4. **Greedy vs exact.** Replace the greedy by the exact DP in the rollout (vectorise
-#    $C(a, b)$ first). Does the similarity change, or only the run time?
+# $$\mathbb E|U| = 2\int_0^{1/2} u\,\mathrm du = \tfrac14 .$$
 #
+# For the centre of a bin $k \ge 1$ bins away, the distance is $|k + U|$ (or $|k - U|$),
+# and $k + U \ge \tfrac12 > 0$, so the absolute value does nothing:
+#
+# $$\mathbb E|k + U| = k + \mathbb E U = k .$$
+#
+# So Eq. 2 is, bin by bin, the *expected* distance to the nearest spike given the bin it
+# fell in: the integer distances away from a spike need no correction, and the spike's
+# own bin needs exactly the $\tfrac14$ the paper uses. The value 0, the distance from
+# the spike's own position, would be biased low there, and its logarithm would be
+# $-\infty$. The cell below draws spike positions and compares the mean distances with
+# $\tfrac14$ and with $k = 1, 2, 3$ (the same number of draws at every tier: it takes
+# milliseconds).
+# :::
+
+# %% tags=["solution", "hide-cell"]
+u = run.rng("exercise 1").uniform(-0.5, 0.5, 100_000)
+own = np.abs(u).mean()
+others = {k: np.abs(k + u).mean() for k in (1, 2, 3)}
+print(f"mean distance in the spike's own bin {own:.4f} (derived: 0.25); "
+      + ", ".join(f"{k} bins away {v:.4f}" for k, v in others.items()))
+deviation = max(abs(own - MIN_DIST), *(abs(v - k) for k, v in others.items()))
+# about 5 standard errors of the mean at 100,000 draws (sd of |k + U| <= 0.29)
+S_MC_TOL = 0.005
+icmlbook.solution_check("largest |simulated mean distance - derived|", deviation, "<=",
+                        S_MC_TOL)
+
+# %% [markdown] tags=["exercise"]
+# **Exercise 2. Greedy or exact, on the model's own predictions.** The greedy removal
+# was compared with the exact dynamic programme on noisy copies of true distance curves.
+# Do the same on what the inference actually sees: the distance model's predicted
+# $\hat d$ from the delayed cell's rollout. For the windows where the model predicts a
+# spike (the smallest $\hat d_t$ below 5 ms), compare the greedy's objective $J$ (Eq. 4)
+# with the optimum, the spikes each returns and the time each takes. Would the exact
+# inference change the similarity, or only the run time?
+
+# %% [markdown] tags=["solution"]
+# :::{dropdown} Solution to exercise 2
+# The greedy is exact on noise-free curves (shown above) because a false candidate's
+# removal only moves the implied curve towards the truth. A predicted curve is not the
+# distance curve of any spike set: it is smooth, its dips are rarely as deep as
+# $\tfrac14$, and it stays below $d_{\max}$ where the model is unsure. The greedy can
+# then stop in a local optimum, where no single removal lowers $J$ though a different
+# set would. The cell runs both on the windows of the rollout with the deepest dips (a
+# few at the smoke tier, twelve at the default tier: the dynamic programme is pure
+# Python and costs about a tenth of a second per window), prints the ratio of the
+# objectives, how often the two choose the same spikes in the window, the Schreiber
+# similarity at 2 ms of each choice against the recorded spikes over those windows, and
+# the time per window. The greedy reaches the optimum, or comes within a fraction of a
+# per cent of it, on these windows and mostly picks the same spikes, at a small
+# fraction of the cost: swapping in the exact inference would change the run time far
+# more than the similarity.
+# :::
+
+# %% tags=["solution", "hide-cell"]
+import time
+
+ex2 = run.pick(smoke=dict(windows=3), default=dict(windows=12))
+dips = np.argsort(wd_hat.min(axis=1))[:ex2.windows]
+dips = [int(w) for w in dips if wd_hat[w].min() < 5.0] or [int(dips[0])]
+gaps, same, secs = [], 0, dict(greedy=0.0, exact=0.0)
+y_true, y_greedy, y_exact = [], [], []
+for w in dips:
+    t = time.perf_counter()
+    g_all = infer_spikes(wd_hat[w], d_max, confidence_low, keep_beyond=True)
+    secs["greedy"] += time.perf_counter() - t
+    t = time.perf_counter()
+    e_in, e_cost = infer_spikes_dp(wd_hat[w], d_max, confidence_low)
+    secs["exact"] += time.perf_counter() - t
+    gaps.append(inference_objective(g_all, wd_hat[w], d_max, confidence_low)
+                / max(e_cost, 1e-12))
+    g_in = [n for n in g_all if n < PRED_LEN]
+    same += g_in == e_in
+    for spikes, out in ((g_in, y_greedy), (e_in, y_exact)):
+        row = np.zeros(PRED_LEN)
+        row[np.asarray(spikes, int)] = 1.0
+        out.append(row)
+    y_true.append(w_truth[w])
+y_true, y_greedy, y_exact = map(np.concatenate, (y_true, y_greedy, y_exact))
+print(f"{len(dips)} windows: greedy J / optimal J median {np.median(gaps):.4f}, max "
+      f"{np.max(gaps):.4f}; same spikes in {same} of {len(dips)}")
+print(f"Sch@2ms on these windows: greedy {schreiber(y_true, y_greedy, 2):.3f}, exact "
+      f"{schreiber(y_true, y_exact, 2):.3f}; seconds per window: greedy "
+      f"{secs['greedy'] / len(dips):.4f}, exact {secs['exact'] / len(dips):.3f}")
+S_GAP = C_GREEDY_GAP  # the bound of the chapter's check on noisy true curves
+icmlbook.solution_check("median greedy J / optimal J on the model's windows",
+                        float(np.median(gaps)), "<=", S_GAP)
+
+# %% [markdown] tags=["exercise"]
+# **Exercise 3. Even the true neuron's most likely train is empty.** Take the delayed
+# cell's own model, Eq. 1, without the refractory term (which only lowers $p_t$). What
+# is the largest spike probability $p_t$ of any 1 ms bin, over the test recording, and
+# over *any* flicker sequence? Show that the most likely value of every bin is "no
+# spike", so a per-bin *round* decision predicts nothing even for a perfect model. How
+# large must the gain $a$ be, at $b = -9$, before the best-driven bin's most likely value
+# is a spike?
+
+# %% [markdown] tags=["solution"]
+# :::{dropdown} Solution to exercise 3
+# A bin's most likely value is a spike when $p_t \ge \tfrac12$, that is
+# $1 - \exp(-e^{\eta_t}) \ge \tfrac12 \iff e^{\eta_t} \ge \ln 2 \iff
+# \eta_t \ge \ln\ln 2 \approx -0.37$. With $\eta_t = b + a\max(g_t, 0)$ this needs
+#
+# $$g_t \ \ge\ \frac{\ln\ln 2 - b}{a} .$$
+#
+# The generator is bounded. $g_t = \sum_j k_j x_{t-j} / \operatorname{sd}$, and the
+# flicker holds each $\pm 1$ frame for 25 ms, so the filter taps that fall on one frame
+# add up to one weight $W_f$ per frame; the largest $g_t$ any flicker can produce puts
+# every frame's sign on its weight's sign: $g_{\max} = \max_{\text{phase}} \sum_f |W_f|
+# / \operatorname{sd}$. The cell computes $g_{\max}$, the largest $p_t$ it allows, the
+# largest $p_t$ on the test recording, and the gain at which $p = \tfrac12$ becomes
+# reachable, $a^\star = (\ln\ln 2 - b)/g_{\max}$. For our cell even the best-driven bin
+# has $p_t$ well below $\tfrac12$: the round decision of a *perfect* per-bin model emits
+# nothing, so the collapse the paper describes is a property of an unreliable neuron's
+# likelihood, not of an undertrained network. The gain needed (printed) is not much
+# larger than ours, but with it only the rare flicker sequences that come close to
+# $g_{\max}$ cross $\tfrac12$: the round decision then emits a spike on the strongest
+# events and still nothing on all the others.
+# :::
+
+# %% tags=["solution", "hide-cell"]
+k_d, base_d, gain_d = filters[D], CELLS[D]["base"], CELLS[D]["gain"]
+weights_per_frame = []
+for phase in range(FRAME_MS):
+    frame_of_lag = (phase - np.arange(len(k_d))) // FRAME_MS
+    weights_per_frame.append(
+        np.bincount(frame_of_lag - frame_of_lag.min(), weights=k_d))
+g_max = max(np.abs(w).sum() for w in weights_per_frame) / generator_scale(k_d)
+
+
+def spike_prob(g):
+    """p_t of Eq. 1 without the refractory term."""
+    return 1.0 - np.exp(-np.exp(base_d + gain_d * np.maximum(g, 0.0)))
+
+
+p_bound = float(spike_prob(g_max))
+p_seen = float(spike_prob(data[D]["g_test"]).max())
+gain_needed = (np.log(np.log(2.0)) - base_d) / g_max
+print(f"g_max = {g_max:.3f} (largest g on the test recording "
+      f"{data[D]['g_test'].max():.3f}); largest p_t: any flicker {p_bound:.3f}, "
+      f"the test recording {p_seen:.3f}; p = 1/2 needs a gain of {gain_needed:.2f} "
+      f"(ours: {gain_d})")
+S_HALF = 0.5  # a bin's most likely value is a spike when p_t >= 1/2
+icmlbook.solution_check("largest p_t any flicker allows (delayed cell)", p_bound, "<",
+                        S_HALF)
+
+# %% [markdown]
 # ## References
 #
 # - K. Doran, M. Seifert, C. A. M. Yovanovich, T. Baden. Spike Distance Function as a
