@@ -1254,8 +1254,12 @@ print(f"delayed cell, van Rossum at 5 ms: best of all predictors {vr5_best:.3f} 
 # claim holds only in a weaker form or after a change, or a finding goes against the
 # paper, *not reproduced* when nothing holds.
 #
-# Where the thresholds come from. The per-bin ablation's bar was set from a trial run
-# (seed 0) and checked on the calibration seeds 0-9 before seeds 10-19 were run. The
+# Where the thresholds come from. All were fixed before any of the twenty seeds of the
+# results file were run. The per-bin ablation was first run (seed 0) with the decoder
+# picked on validation among the paper's count decisions *and* peaks of the per-bin
+# probability above a level; the peak decoder won and beat the distance model. The
+# claim now names the paper's decisions (round, sample), its bar set from that trial
+# run, and the peak decoders are findings: a change after a failure. The
 # comparison with the tuned Poisson model has a history. It was first a claim that the
 # distance model *leads* the best Poisson variant picked in hindsight on the test data;
 # that failed on a seed. Picked on a validation recording instead, as a user would pick
@@ -1271,8 +1275,8 @@ print(f"delayed cell, van Rossum at 5 ms: best of all predictors {vr5_best:.3f} 
 # budget but not with the full tier's longer training.
 
 # %% tags=["thresholds"]
-# Sch@2ms distance / per-bin model (decision picked on validation); set from a trial
-# run (seed 0), before the calibration seeds 0-9
+# Sch@2ms distance / per-bin model, round or sample picked on validation; set from a
+# trial run (seed 0) before seeds 0-19; decision set narrowed after a failure (above)
 C_VS_PER_BIN = 1.1
 # Sch@2ms distance / the Poisson variant picked on validation; seeds 0-19 at 1000
 # steps: 1.01-1.73. A non-inferiority margin of 10%, set after a failure (see above)
@@ -1353,17 +1357,15 @@ vr5_poisson = min(vr5[D][n] for n in POISSON)
 run.finding(
     "Sch@2ms distance / per-bin model, peak level picked on validation",
     dist_score / max(peak_score, 0.01), ">", 1.0,
-    paper="the spike distance objective outperforms Poisson objectives at spike train "
-    "inference",
-    shows="decoded by peaks above a level tuned on validation, the per-bin likelihood "
-    "times spikes as well as or better than the distance model at 2 ms, while "
-    "emitting far more spikes than were recorded",
+    paper="our approach outperforms the use of Poisson models at spike train inference",
+    shows="a decoder the paper does not use: spikes at peaks of the per-bin "
+    "probability above a level picked on validation by Schreiber similarity at 2 ms, "
+    "which penalises extra spikes little",
 )
 run.finding(
     "Sch@2ms distance / per-bin model, peak level matching the count",
     dist_score / max(count_score, 0.01), ">", 1.0,
-    paper="the spike distance objective outperforms Poisson objectives at spike train "
-    "inference",
+    paper="our approach outperforms the use of Poisson models at spike train inference",
     shows="with the level set so that the per-bin model emits about the recorded "
     "number of spikes on validation",
 )
@@ -1371,25 +1373,24 @@ run.finding(
     "lead over the tuned Poisson model, Sch@2ms ratio",
     vs_tuned, ">", 1.0,
     paper="our approach outperforms the use of Poisson models at spike train inference",
-    shows="at the default budget the distance model usually leads the Poisson variant "
-    "a user would pick, but not by much, and with 1500 training steps it fell short on "
-    "a seed",
+    shows="the lead that the claim's weaker form leaves out; with 1500 training steps "
+    "(an earlier version of this chapter) it fell short on a seed",
 )
 run.finding(
     "delayed cell: Sch@2ms distance / best Poisson in hindsight",
     hindsight[D], ">", 1.0,
-    paper="the spike distance approach outperforms Poisson models (at every summation "
-    "interval)",
+    paper="our approach outperforms the use of Poisson models at spike train inference "
+    "(Poisson models trained with various summation intervals)",
     shows="against the best of the 15 Poisson variants picked on the test data itself",
 )
 run.finding(
     "fast cell: Sch@2ms distance / best Poisson in hindsight",
     hindsight["fast"], ">", 1.0,
-    paper="the spike distance approach outperforms Poisson models (at every summation "
-    "interval)",
+    paper="our approach outperforms the use of Poisson models at spike train inference "
+    "(Poisson models trained with various summation intervals)",
     shows="for a cell that answers within about 20 ms, a Poisson model that steps "
     "forward 10-20 ms at a time sees stimulus the distance model has not seen, and the "
-    "lead goes",
+    "lead shrinks",
 )
 run.finding(
     "van Rossum at 5 ms: distance / best Poisson",
@@ -1721,19 +1722,21 @@ icmlbook.solution_check("largest |simulated mean distance - derived|", deviation
 # %% [markdown] tags=["solution"]
 # :::{dropdown} Solution to exercise 2
 # The greedy is exact on noise-free curves (shown above) because a false candidate's
-# removal only moves the implied curve towards the truth. A predicted curve is not the
-# distance curve of any spike set: it is smooth, its dips are rarely as deep as
-# $\tfrac14$, and it stays below $d_{\max}$ where the model is unsure. The greedy can
-# then stop in a local optimum, where no single removal lowers $J$ though a different
-# set would. The cell runs both on the windows of the rollout with the deepest dips (a
-# few at the smoke tier, twelve at the default tier: the dynamic programme is pure
-# Python and costs about a tenth of a second per window), prints the ratio of the
-# objectives, how often the two choose the same spikes in the window, the Schreiber
-# similarity at 2 ms of each choice against the recorded spikes over those windows, and
-# the time per window. The greedy reaches the optimum, or comes within a fraction of a
-# per cent of it, on these windows and mostly picks the same spikes, at a small
-# fraction of the cost: swapping in the exact inference would change the run time far
-# more than the similarity.
+# removal only moves the implied curve towards the truth, and on noisy copies of true
+# curves it stays within a hair of the optimum (the check above). A predicted curve is
+# neither: it is smooth, its dips are rarely as deep as $\tfrac14$, and it stays below
+# $d_{\max}$ where the model is unsure. The greedy can then stop in a local optimum,
+# where no single removal lowers $J$ though a different set would, and that is what
+# happens: on the windows with the deepest dips (a few at the smoke tier, twelve at the
+# default tier) the greedy's objective is clearly above the optimum on the median
+# window and the two rarely choose the same spikes. The exact inference is still
+# cheap at this window length (pure Python, a few hundredths of a second per window
+# against well under a millisecond for the greedy), and on these windows its spikes
+# score a little better on Schreiber similarity at 2 ms than the greedy's (printed).
+# So swapping it in would change the similarity, not only the run time; all predictors
+# here, and the claims, use the paper's greedy. The assertion is the one statement that
+# must hold on every window: the dynamic programme's $J$ is the minimum, so no greedy
+# run goes below it.
 # :::
 
 # %% tags=["solution", "hide-cell"]
@@ -1766,9 +1769,9 @@ print(f"{len(dips)} windows: greedy J / optimal J median {np.median(gaps):.4f}, 
 print(f"Sch@2ms on these windows: greedy {schreiber(y_true, y_greedy, 2):.3f}, exact "
       f"{schreiber(y_true, y_exact, 2):.3f}; seconds per window: greedy "
       f"{secs['greedy'] / len(dips):.4f}, exact {secs['exact'] / len(dips):.3f}")
-S_GAP = C_GREEDY_GAP  # the bound of the chapter's check on noisy true curves
-icmlbook.solution_check("median greedy J / optimal J on the model's windows",
-                        float(np.median(gaps)), "<=", S_GAP)
+S_OPTIMUM = 1 - 1e-9  # the DP is exact (unit test against enumeration): rounding only
+icmlbook.solution_check("smallest greedy J / optimal J on the model's windows",
+                        float(np.min(gaps)), ">=", S_OPTIMUM)
 
 # %% [markdown] tags=["exercise"]
 # **Exercise 3. Even the true neuron's most likely train is empty.** Take the delayed
