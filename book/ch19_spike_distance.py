@@ -47,7 +47,10 @@
 # things on Schreiber similarity at 2 ms. First, the **objective swap**: the distance
 # model beats the same network trained with a per-bin spike likelihood (the Poisson
 # objective at 1 ms, for every bin of the same span, at the same stride and budget; an
-# ablation of this book). Second, against the best of 15 Poisson variants (5 intervals,
+# ablation of this book), when that likelihood is decoded by the paper's count
+# decisions; decoded instead by placing spikes at the peaks of its probability curve, a
+# decoder the paper does not use, the per-bin model times spikes as well or better, a
+# finding against the paper. Second, against the best of 15 Poisson variants (5 intervals,
 # 3 ways to turn a rate into spikes), picked as a user would pick it on a held-out
 # validation recording (also an addition of this book), the distance model is at least
 # a match within 10%: that claim was weakened after a seed fell short of a lead, so the
@@ -1197,13 +1200,29 @@ print(f"best Poisson variant in hindsight on the test data: {hind_name} "
       f"({hind_score:.3f})")
 
 # %% [markdown]
+# The per-bin table above is the objective swap in full. Its *round* decision emits
+# nothing: the most likely value of a 1 ms bin is "no spike" almost everywhere, the
+# paper's collapse at its most extreme (exercise 3 shows that even the true neuron's
+# bins never reach $p_t = \tfrac12$). Its *sample* decision gets about the right count
+# with random timing. These are the paper's ways to decode a likelihood model, and the
+# claim below is made against them. But a per-bin probability curve can also be decoded
+# as the distance curve is, by placing spikes at its peaks. With the level picked on
+# validation, that decoder times spikes better than the distance model on almost every
+# seed (the level picked emits several times the recorded number of spikes, which
+# Schreiber similarity barely penalises, as the table shows); with the level that emits
+# about the recorded count, the two are close, and which one is ahead depends on the
+# seed. At our scale, then, much of the distance model's advantage over a per-bin
+# likelihood lies in how the output is decoded, not in the objective alone: two
+# findings with the claims record this on every seed.
+#
 # ### Every metric
 #
 # Schreiber similarity at three widths, the van Rossum distance at $\tau = 5$ and
 # 20 ms (divided by that of an empty prediction), and the smoothed correlation at 5 ms,
 # for the distance model, the Poisson variants that score best at 2 and 10 ms (in
 # hindsight), the one picked on the validation recording, the Poisson model on the
-# distance model's span, and the repeat trial.
+# distance model's span, the per-bin model's decisions picked on validation, and the
+# repeat trial.
 
 # %%
 i2, i5, i10 = SIGMAS.index(2), SIGMAS.index(5), SIGMAS.index(10)
@@ -1258,31 +1277,34 @@ print(f"delayed cell, van Rossum at 5 ms: best of all predictors {vr5_best:.3f} 
 # results file were run. The per-bin ablation was first run (seed 0) with the decoder
 # picked on validation among the paper's count decisions *and* peaks of the per-bin
 # probability above a level; the peak decoder won and beat the distance model. The
-# claim now names the paper's decisions (round, sample), its bar set from that trial
-# run, and the peak decoders are findings: a change after a failure. The
-# comparison with the tuned Poisson model has a history. It was first a claim that the
+# claim now names the paper's decisions (round, sample), its bar (a lead of at least
+# 10%) fixed before the trial runs and kept, and the peak decoders are findings: a
+# change after a failure. The comparison with the tuned Poisson model has a history. It was first a claim that the
 # distance model *leads* the best Poisson variant picked in hindsight on the test data;
 # that failed on a seed. Picked on a validation recording instead, as a user would pick
 # it, the baseline still beat the distance model on that seed with 1500 training steps
-# per model. In the same revision the default budget was cut from 1500 to 1000 steps
-# (to keep the run short; but since the cut came with that failure, read the budget as
-# changed after it too), the lead became a reported finding, and the claim became the
-# weaker statement the runs support: a match within 10% (non-inferiority), a bar set
-# after seeds 0-19 had been run at 1000 steps. The comparison with the Poisson model on
+# per model. In the same revision the default budget was cut from 1500 to 1000 steps,
+# the lead became a reported finding, and the claim became the weaker statement the
+# runs support. The run was also long at 1500 steps, but the cut came with the failure,
+# and at 1000 steps the lead held on the seed where it had failed: so read the budget
+# as changed after that failure too. The claim is now a match within 10%
+# (non-inferiority), a bar set after seeds 0-19 had been run at 1000 steps. The comparison with the Poisson model on
 # the same 48 ms span is a check, not a paper claim: one count per span with evenly
 # placed spikes has no timing inside the span, so the distance model beats it almost by
 # construction. The collapse of short intervals is a finding: it held at the default
 # budget but not with the full tier's longer training.
 
 # %% tags=["thresholds"]
-# Sch@2ms distance / per-bin model, round or sample picked on validation; set from a
-# trial run (seed 0) before seeds 0-19; decision set narrowed after a failure (above)
+# Sch@2ms distance / per-bin model, round or sample picked on validation: a 10% lead,
+# fixed before the trial runs (seed 0: 1.65), decision set narrowed after a failure
+# (above); then 1.31-1.69 on seeds 0-9 and 1.51-2.27 on seeds 10-19
 C_VS_PER_BIN = 1.1
 # Sch@2ms distance / the Poisson variant picked on validation; seeds 0-19 at 1000
-# steps: 1.01-1.73. A non-inferiority margin of 10%, set after a failure (see above)
+# steps in an earlier version: 1.01-1.73. A non-inferiority margin of 10%, set after a
+# failure (see above); now 0.95-1.40 on seeds 0-9 and 0.97-1.26 on seeds 10-19
 C_VS_TUNED = 0.9
 # Sch@2ms distance / best Poisson on the 48 ms span (a check: no timing inside a span);
-# trial run seed 0: about 2.0
+# an earlier version's trial run (seed 0): about 2.0; now 1.46-2.59 on seeds 0-19
 C_VS_SAME_SPAN = 1.2
 # share of noise-free distance curves the greedy inverts exactly (exactness, Eq. 5)
 C_ROUNDTRIP = 1.0
@@ -1503,9 +1525,9 @@ run.metric("cell_contrast", contrast)
 # %% [markdown]
 # On the fast cell the distance model still beats the Poisson model on its own span
 # (both see the same stimulus), but its lead over the best Poisson model, which steps
-# forward 10–20 ms at a time, shrinks to about nothing (printed above; the finding
-# "fast cell: Sch@2ms distance / best Poisson in hindsight" records it on every seed,
-# next to the same ratio on the delayed cell). The spike distance helps with *timing*;
+# forward 10–20 ms at a time, is gone: on most seeds the best Poisson model is ahead
+# (printed above for this run; the finding "fast cell: Sch@2ms distance / best Poisson
+# in hindsight" records it on every seed, next to the same ratio on the delayed cell). The spike distance helps with *timing*;
 # it cannot time spikes driven by stimulus the model has not been shown. Had we given
 # the models the stimulus over the predicted span, as an earlier version of this chapter
 # did, the distance model would lead on the fast cell too; that protocol is not the
@@ -1636,11 +1658,12 @@ icmlbook.explore(explore_inference, controls, run=run)
 # and swept over the seeds). The lead over the Poisson model a user would pick is
 # claimed only as a match within 10%, a claim weakened after a seed fell short of a
 # lead at 1500 training steps; the default budget was cut to 1000 steps in the same
-# revision. Decoded by peaks above a level, rather than by the paper's count decisions,
+# revision, so the budget too was changed after that failure. Decoded by peaks above a level, rather than by the paper's count decisions,
 # the per-bin likelihood can match or beat the distance model at 2 ms (two findings:
 # the level picked on Schreiber similarity, which over-predicts, and the level that
-# matches the recorded count). On the fast cell the lead over the best Poisson model is
-# about gone. On the van Rossum distance at 5 ms the distance model does not beat the
+# matches the recorded count). The lead over the tuned Poisson model, and over the
+# best Poisson model in hindsight, holds on most seeds but not on all. On the fast cell
+# the best Poisson model is ahead on most seeds. On the van Rossum distance at 5 ms the distance model does not beat the
 # best Poisson model, which wins by predicting almost nothing. The collapse of
 # short-interval round/floor decisions holds at the default budget and not with the
 # full tier's longer training.
