@@ -1753,7 +1753,7 @@ icmlbook.solution_check("largest |simulated mean distance - derived|", deviation
 # happens: on the windows with the deepest dips (a few at the smoke tier, twelve at the
 # default tier) the greedy's objective is clearly above the optimum on the median
 # window and the two rarely choose the same spikes. The exact inference is still
-# cheap at this window length (pure Python, a few hundredths of a second per window
+# cheap at this window length (pure Python, a hundredth of a second or two per window
 # against well under a millisecond for the greedy), and on these windows its spikes
 # score a little better on Schreiber similarity at 2 ms than the greedy's (printed).
 # So swapping it in would change the similarity, not only the run time; all predictors
