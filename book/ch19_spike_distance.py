@@ -1367,9 +1367,13 @@ run.check("noise-free round trip, fraction exact", exact_fraction, ">=", C_ROUND
 run.check("greedy / exact DP objective, median", float(np.median(ratios)), "<=",
           C_GREEDY_GAP, "on noisy curves the greedy is within 5% of the optimum")
 run.check("|sd(g) - 1|", unit_sd, "<=", C_UNIT_SD,
-          "the exact scale makes the generator unit-variance")
+          "the exact scale makes the generator unit-variance");
 
-# the findings: each in the paper's direction
+# %% [markdown]
+# The findings, each in the direction the paper states it, and the paper's headlines,
+# each with the claims and findings that test it.
+
+# %%
 NEAR_ZERO = 0.05  # "tend towards 0": at most 5% of the recorded spikes (our reading)
 collapse = max(count_ratio(D, f"Poisson L={L} {m}")
                for L in (2, 5) for m in ("round", "floor"))
@@ -1436,7 +1440,9 @@ run.finding(
     paper="shorter intervals cause maximum likelihood predictions to tend towards 0 "
     "for all time",
     shows="the most likely value of a 1 ms bin is almost always 'no spike'",
-)
+);
+
+# %%
 run.headline(
     "outperforms Poisson models",
     "We show that our approach outperforms the use of Poisson models at spike train "
