@@ -321,8 +321,10 @@ def test_per_bin_net_and_loss():
 
 def test_ablation_claim_fails_when_the_distances_are_exponentiated_twice(small_run, monkeypatch):
     # a decoding bug that exponentiates the predicted distance again: every distance looks
-    # far beyond d_max, the greedy removes every candidate, and the per-bin ablation claim
-    # (against round or sample of the per-bin model, the paper's decisions) fails
+    # astronomically far beyond d_max, each removal's gain is lost in the rounding of the
+    # huge squared errors (Delta J is 0, not < 0), the candidates stay, the train is
+    # spikes almost everywhere, and the per-bin ablation claim (against round or sample
+    # of the per-bin model, the paper's decisions) fails
     orig = ch.infer_spikes
     r = small_run
     good = ch.schreiber(r["truth"], distance_rollout(r), 2)
@@ -332,6 +334,6 @@ def test_ablation_claim_fails_when_the_distances_are_exponentiated_twice(small_r
     per_bin = max(ch.schreiber(r["truth"], r["per_bin"][d], 2) for d in ("round", "sample"))
     print(f"Sch@2ms: correct {good:.3f}, exp twice {bad:.3f} ({int(pred.sum())} spikes), "
           f"per-bin round/sample {per_bin:.3f}")
-    assert pred.sum() == 0  # nothing survives the greedy
+    assert pred.sum() > 10 * r["truth"].sum()  # the timing is gone: spikes everywhere
     assert bad / max(per_bin, 0.01) < ch.C_VS_PER_BIN
     assert good > bad
