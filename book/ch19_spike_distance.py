@@ -56,7 +56,8 @@
 # a match within 10%: that claim was weakened after a seed fell short of a lead, so the
 # lead itself is a finding, not a claim. We also show where the advantage goes: for a
 # cell that answers within about 20 ms, the Poisson models that step forward 10–20 ms
-# at a time see stimulus the distance model has not seen, and the lead goes. On the
+# at a time see stimulus the distance model has not seen, and on most seeds the lead
+# goes. On the
 # van Rossum distance at $\tau = 5$ ms no predictor, not even a second trial of the true
 # neuron, beats predicting no spikes at all, and the distance model does not beat the
 # Poisson models there: a finding against the paper.
