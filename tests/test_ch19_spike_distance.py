@@ -191,13 +191,14 @@ def small_run():
     k = ch.stimulus_filter(p["latency"])
     stim = ch.flicker(60_000, rng)
     spikes = ch.simulate_spikes(ch.generator_signal(stim, k), p["base"], p["gain"], rng)
-    dnet, pnet = ch.train_models(stim, spikes, 400, 128, rng, D_MAX)
+    dnet, pnet, bnet = ch.train_models(stim, spikes, 400, 128, rng, D_MAX)
     seg, starts = 960, ch.HIST_LEN + 960 * np.arange(12)
     stim_t = ch.flicker(int(starts[-1]) + seg + ch.PRED_LEN, rng)
     test = ch.simulate_spikes(ch.generator_signal(stim_t, k), p["base"], p["gain"], rng)
     truth = np.concatenate([test[s:s + seg] for s in starts])
     poisson = {(L, m): v for L in ch.INTERVALS for m, v in
                ch.rollout_poisson(pnet, stim_t, test, starts, seg, L, ch.MODES, rng).items()}
+    per_bin = ch.rollout_per_bin(bnet, stim_t, test, starts, seg, ch.PER_BIN, rng)
     # a validation recording from the same neuron: the Poisson variant a user would pick
     vrng = np.random.default_rng(100)
     stim_v = ch.flicker(len(stim_t), vrng)
@@ -205,8 +206,9 @@ def small_run():
     val_truth = np.concatenate([val[s:s + seg] for s in starts])
     val_sch = {(L, m): ch.schreiber(val_truth, v, 2) for L in ch.INTERVALS for m, v in
                ch.rollout_poisson(pnet, stim_v, val, starts, seg, L, ch.MODES, vrng).items()}
-    return dict(dnet=dnet, pnet=pnet, stim=stim_t, test=test, starts=starts, seg=seg,
-                truth=truth, poisson=poisson, val_pick=max(val_sch, key=val_sch.get))
+    return dict(dnet=dnet, pnet=pnet, bnet=bnet, stim=stim_t, test=test, starts=starts,
+                seg=seg, truth=truth, poisson=poisson, per_bin=per_bin,
+                val_pick=max(val_sch, key=val_sch.get))
 
 
 def distance_rollout(run, monkeypatch=None, infer=None):
@@ -271,3 +273,67 @@ def test_timing_claims_fail_when_the_window_is_read_backwards(small_run, monkeyp
     assert bad / max(span, 0.01) < ch.C_VS_SAME_SPAN  # the ablation claim fails
     assert bad / max(tuned, 0.01) < ch.C_VS_TUNED  # the baseline claim fails too
     assert tuned <= best  # the tuned pick is never better on test than the hindsight one
+
+
+def test_per_bin_round_collapses_and_a_decision_that_ignores_p_does_not_time(small_run):
+    # the per-bin model's round decision emits (almost) nothing for an unreliable cell,
+    # and the peak decoder times spikes better than random placement of as many spikes
+    r = small_run
+    assert r["per_bin"]["round"].sum() <= 0.05 * r["truth"].sum()
+    peaks = max((n for n in ch.PER_BIN if "peaks" in n),
+                key=lambda n: ch.schreiber(r["truth"], r["per_bin"][n], 2))
+    pred = r["per_bin"][peaks]
+    shuffled = np.random.default_rng(3).permutation(pred)  # same count, no timing
+    assert ch.schreiber(r["truth"], pred, 2) > ch.schreiber(r["truth"], shuffled, 2)
+
+
+def test_per_bin_decisions():
+    rng = np.random.default_rng(10)
+    p = np.array([[0.1, 0.6, 0.2, 0.05, 0.3, 0.31, 0.0, 0.0]])
+    assert ch.per_bin_spikes(p, "round", rng).tolist() == [[0, 1, 0, 0, 0, 0, 0, 0]]
+    # peaks: the largest p within +-2 bins and at least the level
+    assert ch.per_bin_spikes(p, "peaks 0.05", rng).tolist() == [[0, 1, 0, 0, 0, 1, 0, 0]]
+    assert ch.per_bin_spikes(p, "peaks 0.4", rng).tolist() == [[0, 1, 0, 0, 0, 0, 0, 0]]
+    many = ch.per_bin_spikes(np.full((200, ch.PRED_LEN), 0.25), "sample", rng)
+    assert many.mean() == pytest.approx(0.25, abs=0.02)
+
+
+def test_one_cycle_schedule():
+    lrs = [ch.one_cycle(s, 1000, 2e-3) for s in range(1000)]
+    assert lrs[0] == pytest.approx(2e-3 / 25)
+    assert max(lrs) == pytest.approx(2e-3) and int(np.argmax(lrs)) == 300
+    assert lrs[-1] == pytest.approx(2e-3 / 25 / 1e4)
+    assert all(a <= b for a, b in zip(lrs[:300], lrs[1:301]))
+    assert all(a >= b for a, b in zip(lrs[300:], lrs[301:]))
+
+
+def test_per_bin_net_and_loss():
+    torch.manual_seed(0)
+    net = ch.PerBinNet()
+    x = torch.randn(4, 2, ch.WINDOW_IN)
+    z = net(x)
+    assert z.shape == (4, ch.PRED_LEN)
+    y = (torch.rand(4, ch.PRED_LEN) < 0.1).float()
+    p = torch.sigmoid(z)
+    manual = -(y * torch.log(p) + (1 - y) * torch.log(1 - p)).mean()
+    assert ch.per_bin_loss(z, y).item() == pytest.approx(manual.item(), rel=1e-5)
+
+
+def test_ablation_claim_fails_when_the_distances_are_exponentiated_twice(small_run, monkeypatch):
+    # a decoding bug that exponentiates the predicted distance again: every distance looks
+    # astronomically far beyond d_max, each removal's gain is lost in the rounding of the
+    # huge squared errors (Delta J is 0, not < 0), the candidates stay, the train is
+    # spikes almost everywhere, and the per-bin ablation claim (against round or sample
+    # of the per-bin model, the paper's decisions) fails
+    orig = ch.infer_spikes
+    r = small_run
+    good = ch.schreiber(r["truth"], distance_rollout(r), 2)
+    pred = distance_rollout(r, monkeypatch, lambda d, dm, wl, rng=None:
+                            orig(np.exp(np.minimum(d, 300.0)), dm, wl, rng))
+    bad = ch.schreiber(r["truth"], pred, 2)
+    per_bin = max(ch.schreiber(r["truth"], r["per_bin"][d], 2) for d in ("round", "sample"))
+    print(f"Sch@2ms: correct {good:.3f}, exp twice {bad:.3f} ({int(pred.sum())} spikes), "
+          f"per-bin round/sample {per_bin:.3f}")
+    assert pred.sum() > 10 * r["truth"].sum()  # the timing is gone: spikes everywhere
+    assert bad / max(per_bin, 0.01) < ch.C_VS_PER_BIN
+    assert good > bad
