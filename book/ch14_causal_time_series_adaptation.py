@@ -42,25 +42,29 @@
 # across domains (with confident target pseudo-labels), and swapping in the other
 # domain's domain-specific part (an "intervention") must not change the prediction.
 #
-# **The claim.** The paper reports state-of-the-art accuracy on four benchmarks. We test
-# the mechanism on a structural causal model where we know the truth: a causal edge
-# carries the label in both domains, a stronger spurious edge reverses in the target.
-# CauDiTS should beat the strongest fair baseline (source-only training, or adversarial
-# alignment with DANN, tuned), and the disentangler should be what makes the
-# difference.
+# **The claim.** In the paper's words, CauDiTS "is evaluated on four benchmark
+# datasets, demonstrating its effectiveness and outperforming state-of-the-art
+# methods"; its disentangler separates "domain-common causal rationales" from
+# "domain-specific correlations", whose stability across domains "is vital", and two
+# learning strategies (causal prototype consistency, domain-intervention causality
+# invariance) promote their consistency. We test the mechanism on a structural causal
+# model where we know the truth: a causal edge carries the label in both domains, a
+# stronger spurious edge reverses in the target. CauDiTS should beat the strongest
+# fair baseline, and the disentangler should make a difference on its own. The paper's
+# verdict, by a rule fixed before the final runs, is printed with the claims.
 #
 # **What this book adds, and what does not reproduce.** Two pieces are ours, not the
-# paper's: a stability loss (Eq. 12) that pushes the mask off the interrelationships
+# paper's: a stability prior (Eq. 12) that pushes the mask off the interrelationships
 # whose lagged correlations moved between the domains, and domain losses on the two
 # branches (Eq. 10). Eq. 12 and the edge features use lags $1, 2, 3$ of every pair, a
-# short generic range fixed without looking at the generator. With them the
-# disentangler carries the result. The paper's two named strategies (prototype
-# consistency and intervention invariance) do not help at our scale: with them on, the
-# target accuracy was no better on most seeds and collapsed on one. So "CauDiTS" in
-# this chapter means the disentangler with our two additions, the two strategies are
-# off by default ($\lambda_{\text{int}} = \lambda_p = 0$) and are measured as an
-# ablation, and the mask cuts only one direction of the spurious pair. Both are
-# reported, not claimed.
+# short generic range fixed without looking at the generator. A baseline gets the same
+# label-free stability information (the mask fixed at $1 - \hat D$), and an ablation
+# removes the prior from CauDiTS, so that the paper's learned mask and our prior are
+# measured apart. The paper's two named strategies are off by default
+# ($\lambda_{\text{int}} = \lambda_p = 0$): switched on, they collapsed one trial run
+# to the baselines' level, and here they are a measured ablation. The mask cuts
+# only one direction of the spurious pair. What the paper states and our runs do not
+# show is recorded as a finding and swept over the seeds, next to the claims.
 
 # %% tags=["parameters"]
 tier = "default"  # smoke | default | full: size of the experiment
@@ -918,9 +922,10 @@ axes[0].set_xlabel("o source, x target; colour = class")
 plt.show()
 
 # %% [markdown]
-# What the figures show (source-only blue, DANN red, CauDiTS teal; classes
-# 0, 1 and 2 amber, purple and green; the causal pair's mask bars black, the spurious
-# pair's grey). **Source-only** reads the strongest source signal, the spurious edge,
+# What the figures show (source-only blue, source-only with the prior mask lighter
+# blue, DANN red, CauDiTS teal; classes 0, 1 and 2 amber, purple and green; the causal
+# pair's mask bars black, the spurious pair's grey; the figures show the first restart
+# of each network, the table above the mean over restarts). **Source-only** reads the strongest source signal, the spurious edge,
 # so in the target its classes 0 and 1 swap: the target crosses (×) sit in the wrong
 # colour's cluster. **DANN** does not help and can make it worse: aligning the
 # *marginal* distributions of the two domains happily maps the source's class-0 cluster
@@ -929,9 +934,13 @@ plt.show()
 # **CauDiTS** keeps the classes together across domains. Read the graph panels from
 # left to right. The stability discrepancy $\hat D$ (Eq. 12) lights up the spurious edge
 # $3\leftarrow 2$ and the self-pair $3\leftarrow 3$ (the autocorrelation of $x_3$ follows
-# $s_y^2$), and nothing else stands out: the causal pair and the distractors did not
-# move between the domains (their small values are sampling noise; the printed line
-# above gives them). The mask follows: it keeps the causal pair (C and its reverse
+# $s_y^2$). The other pairs are not zero, and the causal pair is not always among the
+# smallest: the printed line gives its two entries and the rank of the larger among
+# the 20 pairs of distinct variables. With a few hundred windows per domain the class
+# shares of the two samples differ by chance, and the mean of a statistic whose value
+# depends on the class moves with them, so a causal pair can look as if it moved. What
+# the mask can use is the spurious edge's lead over every other pair, which a check
+# below guards. The mask follows: it keeps the causal pair (C and its reverse
 # entry $0\leftarrow 1$; our lagged products of a pair carry the coupling in both
 # directions, so the two entries are interchangeable and one of them can fade),
 # switches most uninformative edges off, and turns the spurious edge S down.
@@ -1283,62 +1292,197 @@ icmlbook.explore(update, controls, run=run)
 # | | paper | this book |
 # |---|---|---|
 # | task | UDA classification of multivariate time series | the same, on a 5-variable SCM with a known causal and spurious edge |
-# | disentangler | adaptive rationale disentangler over variable interrelationships | a learned sigmoid mask over attention interrelationships (Eqs. 3–5), pushed off the interrelationships whose lagged correlations moved between the domains (Eq. 12, our addition); edge features and Eq. 12 use lags 1–3 of every pair |
-# | consistency | causal prototype consistency, domain-intervention causality invariance | Eqs. 8–9 as we read the names, off by default (they did not help, reported); domain losses on the two branches (Eq. 10, our addition) |
+# | disentangler | adaptive rationale disentangler over variable interrelationships | a learned sigmoid mask over attention interrelationships (Eqs. 3–5); CauDiTS adds our stability prior (Eq. 12), which pushes the mask off the interrelationships whose lagged correlations moved between the domains; edge features and Eq. 12 use lags 1–3 of every pair |
+# | consistency | causal prototype consistency, domain-intervention causality invariance | Eqs. 8–9 as we read the names, off by default and measured as an ablation; domain losses on the two branches (Eq. 10, our addition) |
 # | data | four benchmark datasets (not identified here) | synthetic windows, reverse shift, 512 per domain for training |
-# | baselines | state-of-the-art UDA methods | source-only and DANN (with its GRL ramp), on the same network, data and budget; DANN's weight tuned with target labels |
-# | result | beats the state of the art | claim 1: CauDiTS minus the best baseline, target accuracy, at least `C_VS_BASELINE` |
-# | key ingredient | the disentangler and the two strategies | claim 2: CauDiTS minus CauDiTS without the disentangler, at least `C_VS_NO_DISENTANGLER`; switching the two strategies on does not help (reported) |
-# | mechanism | causal rationales separated from domain-specific correlations | the causal pair is kept and one direction of the spurious pair is turned down; its other direction stays open (reported) |
+# | baselines | state-of-the-art UDA methods | stand-ins: source-only, DANN (with its GRL ramp, its weight tuned with target labels) and source-only with the prior mask $1 - \hat D$, on the same network, data and budget |
+# | result | outperforms state-of-the-art methods | claim 1: CauDiTS minus the best of the three stand-ins, mean target accuracy over paired restarts, at least `C_VS_BASELINE` |
+# | key ingredient | the disentangler | claim 2: the learned mask without our prior minus $M \equiv 1$, at least `C_DISENTANGLER`; what our prior adds on top is a finding |
+# | strategies | promote cross-domain consistency | a finding: CauDiTS with both switched on, minus CauDiTS |
+# | mechanism | causal rationales separated from domain-specific correlations | a finding: the larger mask entry of the spurious pair; the causal pair is kept, one direction of the spurious pair is turned down, the other stays open |
 #
-# Honest notes. We could not read the paper's method section, so the equations here
-# are a reconstruction from the abstract and the disentangler of the first author's
-# later work; the numbers of the paper's tables were not available, so the comparison
-# is with its claims. The stability loss (Eq. 12) is the piece we are least sure the
-# paper has in this form: the abstract says that the stability of causal rationales
-# across domains is what filters out domain-specific perturbations, and Eq. 12 is the
-# simplest way we found to make the mask use that stability. Without our domain loss
-# (Eq. 10) CauDiTS loses much of its gain (`domain_loss_gain`, at the full tier), so
-# at our scale the result rests on the disentangler together with our two additions,
-# not on the paper's two named strategies. The intervention is satisfied almost for
-# free: the classifier reads $r^s = 0$ at test time and learns to ignore $r^s$, so
-# swapping it in rarely flips a prediction (`intervention_flip_rate`). The prototype
-# loss, when on, starts after a warm-up (see `cfg.warmup`) and still follows wrong
-# pseudo-labels on some seeds. DANN doing worse
-# than source-only is expected under a label-dependent shift, not a bug: the strongest
-# fair baseline is often plain source-only training.
+# **Paper coverage.** We could read the paper's abstract, not its method section or
+# its experiments, so this table maps the abstract's statements, not its tables and
+# figures one by one.
 #
-# **Why the stability loss.** Without Eq. 12 a single training run can settle on the
-# shortcut: on some seeds the mask kept the spurious edge open and CauDiTS fell to the
-# source-only level, and no unsupervised rule for picking among runs (the entropy of
-# the target predictions, the prototype loss of Eq. 9, the balance of the predicted
-# classes) chose the good run reliably. Eq. 12 gives the mask the signal it was
-# missing; it was added after those failures. The full tier (2048 windows of length 64
-# per domain) runs the same claims; `icmlbook run 14 --tier full` prints the values.
+# | the paper states (abstract) | here |
+# |---|---|
+# | outperforms state-of-the-art methods on four benchmark datasets | claim 1, in kind: a synthetic SCM and stand-in baselines; the four datasets and the paper's competitors are out of scope (not identified here, and no downloads) |
+# | the adaptive rationale disentangler separates causal rationales from domain-specific correlations | claim 2 (accuracy); finding "spurious pair: larger mask entry" (what the mask cuts) |
+# | the stability of causal rationales across domains is vital | finding "stability prior", through our reading of stability (Eq. 12) |
+# | causal prototype consistency and domain-intervention causality invariance | finding "strategies" (both on together); the intervention's flip rate is printed |
+# | the paper's numbers (accuracies, ablation tables) | not available to us: no number of the paper is quoted or compared |
+#
+# **What did not reproduce.** The verdict above grades the paper *partly*, by the rule
+# of the thresholds cell: claim 1 holds against stand-ins for the paper's competitors,
+# and both claims were re-cut after failures (the one-line notes above the claims). Of
+# the findings, the paper's two strategies do not raise target accuracy at our scale
+# (`strategies_gain` went either way across seeds; see the across-seeds table), and the
+# mask does not cut the spurious relationship in both directions (`spurious_open`
+# stays high). Our stability prior adds to the learned mask on most seeds, but the
+# learned mask alone already carries most of the gain over no disentangler (claim 2).
+# A baseline that gets the same label-free information, the mask fixed at
+# $1 - \hat D$, does not do better than plain source-only training: the prior cuts the
+# spurious edge $3\leftarrow 2$ but leaves its reverse entry $2\leftarrow 3$ open, and
+# that entry's lagged correlations carry the same class-dependent coupling (printed
+# under the experiment). So the gain over the stand-ins is not the prior's alone: it
+# needs the learned mask and the domain losses next to it.
+#
+# Honest notes. The equations here are a reconstruction from the abstract and the
+# disentangler of the first author's later work. The stability prior (Eq. 12) is the
+# piece we are least sure the paper has in this form: the abstract says that the
+# stability of causal rationales across domains is what filters out domain-specific
+# perturbations, and Eq. 12 is the simplest way we found to make the mask use that
+# stability; it is hand-made (lagged correlations at lags 1-3, blind to scale and
+# offset) and suits this generator, whose shift is in the lagged dynamics. Without our
+# domain loss (Eq. 10) CauDiTS loses much of its gain (`domain_loss_gain`, at the full
+# tier). The intervention is satisfied almost for free: the classifier reads
+# $r^s = 0$ at test time and learns to ignore $r^s$, so swapping it in rarely flips a
+# prediction (`intervention_flip_rate`). The prototype loss, when on, starts after a
+# warm-up (see `cfg.warmup`) and can follow wrong pseudo-labels. DANN doing worse than
+# source-only is expected under a label-dependent shift, not a bug: the strongest fair
+# baseline is often plain source-only training. DANN's weight was tuned over four
+# values only.
+#
+# **Why restarts.** One training run can settle on the shortcut, and no unsupervised
+# rule for picking among runs (the entropy of the target predictions, the prototype
+# loss of Eq. 9, the balance of the predicted classes) chose the good run reliably in
+# trial runs. The claims are therefore made on the mean of `cfg.restarts` paired
+# restarts per network, which (with two restarts at the default tier) halves the
+# run-to-run variance of each mean but does not remove the spread between seeds. The full tier (2048 windows of length 64
+# per domain, three restarts) runs the same claims; `icmlbook run 14 --tier full`
+# prints the values.
 
 # %% [markdown]
 # ## Exercises
+
+# %% [markdown] tags=["exercise"]
+# **Exercise 1. Cut the whole spurious pair.** The reverse entry $2\leftarrow 3$
+# survives because its *marginal* statistic barely moves: the per-class correlations
+# flip sign (printed under the experiment), but mixed over the classes they look alike
+# in both domains. Make Eq. 12 class-conditional: compare the source's class-$k$
+# moments with those of the target windows assigned to class $k$, and sum over the
+# classes. With ideal pseudo-labels (the target's true labels, which a user would not
+# have), does $2\leftarrow 3$ now stand out against the causal pair? What happens with
+# the pseudo-labels of the source-only network?
+
+# %% [markdown] tags=["solution"]
+# :::{dropdown} Solution to exercise 1
+# Split the windows of each domain by class and apply Eq. 12 within each class:
 #
-# 1. **Cut the whole spurious pair.** The reverse entry $2\leftarrow 3$ survives because
-#    its marginal statistic barely moves. Make Eq. 12 class-conditional: compare the
-#    source's class-$k$ statistics with the target's, weighted by confident pseudo-labels
-#    (as in Eq. 9). Can you drive $M_{2\leftarrow 3}$ below 0.5 too, without losing the
-#    causal pair, for seeds 0–4? What goes wrong if the pseudo-labels are bad early on?
-#    (A hint: the mislabelled target windows pull the causal pair's class means together
-#    too, so the causal pair can look unstable as well.)
-# 2. **Identifiability.** Run with `shift_mode = "permute"`. Show that the marginal
-#    distribution of every edge statistic is the same in both domains and that every
-#    method fails. What extra information (a few target labels? knowledge of which
-#    variables are actuators?) would make the problem solvable?
-# 3. **A symmetric reversal.** With `shift_factor = 1` and `reverse`, the spurious
-#    statistic flips sign with the same magnitude. Predict, then measure, what happens
-#    to CauDiTS and why the domain loss can no longer see the shift.
-# 4. **Make the intervention bite.** Here the classifier reads $f([r^c, 0])$, so it can
-#    ignore $r^s$ and Eq. 8 is met almost for free. Let it read $f([r^c, r^s])$ in
-#    Eq. 6, in the pseudo-labels of Eq. 7 and at test time. Train with and without
-#    $\mathcal L_{\text{int}}$ and compare the flip rate, the mask and the target
-#    accuracy. Does the intervention now decide what $r^s$ may carry?
+# $$D^{\text{cc}}_{uv} = \sum_k \sum_{\ell} \big(\mu^s_{uv,\ell \mid k} - \mu^t_{uv,\ell
+#   \mid k}\big)^2 + \big(\sigma^s_{uv,\ell \mid k} - \sigma^t_{uv,\ell \mid k}\big)^2,$$
 #
+# where the target's class $k$ is the set of windows its pseudo-labels put there.
+# Within a class the spurious pair's correlations change sign between the domains in
+# *both* directions, so both entries of the pair move by the square of a difference
+# of opposite signs; the causal pair's per-class correlations are the same in both
+# domains, so with correct labels its $D^{\text{cc}}$ is sampling noise. The cell below
+# prints the ratio of $D^{\text{cc}}_{2\leftarrow 3}$ to the causal pair's larger entry:
+# with the true labels it is far above one, and the reverse entry that Eq. 12 missed
+# is now the clearest shift of all. With the source-only network's pseudo-labels the
+# ratio collapses: that network reads the spurious edge, so it swaps classes 0 and 1
+# in the target, the swapped windows carry the opposite causal coupling, and the
+# causal pair now looks unstable too. A class-conditional prior is only as good as
+# the pseudo-labels that feed it, which is why it needs a warm-up and a confidence
+# threshold before it can steer the mask. The data are drawn afresh, 512 windows per
+# domain at every tier (numbers only, no training: well under a second).
+# :::
+
+# %% tags=["solution", "hide-cell"]
+def class_conditional_discrepancy(xs, ys, xt, yt_assigned):
+    """Eq. 12 within each class: source class-k moments against those of the target
+    windows assigned to class k, summed over the classes (and lags)."""
+    a, b = interrelation_stats(xs), interrelation_stats(xt)
+    D = np.zeros(a.shape[1:3])
+    for k in range(N_CLASSES):
+        s_k, t_k = a[ys == k], b[yt_assigned == k]
+        if len(s_k) > 1 and len(t_k) > 1:  # a class with no windows tells nothing
+            D += ((s_k.mean(0) - t_k.mean(0)) ** 2
+                  + (s_k.std(0) - t_k.std(0)) ** 2).sum(-1)
+    return D
+
+
+def reverse_over_causal(D):
+    """D at the spurious pair's reverse entry 2<-3 over the causal pair's larger one."""
+    return D[REVERSE[SPURIOUS_EDGE]] / max(D[CAUSAL_EDGE], D[REVERSE[CAUSAL_EDGE]])
+
+
+ex_rng = run.rng("exercise 1")
+ex_sim = dict(T=48, strength=spurious_strength, mode="reverse", factor=shift_factor)
+ex_xs, ex_ys = simulate(512, "source", ex_rng, **ex_sim)
+ex_xt, ex_yt = simulate(512, "target", ex_rng, **ex_sim)
+ratio_true = reverse_over_causal(class_conditional_discrepancy(ex_xs, ex_ys, ex_xt,
+                                                               ex_yt))
+pseudo = nets["source-only"].predict(ex_xt).numpy()
+ratio_pseudo = reverse_over_causal(class_conditional_discrepancy(ex_xs, ex_ys, ex_xt,
+                                                                 pseudo))
+print(f"D-cc(2<-3) / causal pair, true labels:        {ratio_true:.1f}")
+print(f"D-cc(2<-3) / causal pair, source-only labels: {ratio_pseudo:.1f}")
+print(f"marginal D-hat (Eq. 12), the same ratio:      "
+      f"{reverse_over_causal(stability_discrepancy(ex_xs, ex_xt)):.1f}")
+# with correct labels the reverse entry should dwarf the causal pair's sampling noise;
+# 10 is a round bar far below what 512 windows give (the ratio is in the hundreds)
+S_REVERSE_OVER_CAUSAL = 10.0
+icmlbook.solution_check("class-conditional Eq. 12 sees the reverse entry", ratio_true,
+                        ">=", S_REVERSE_OVER_CAUSAL)
+
+# %% [markdown] tags=["exercise"]
+# **Exercise 2. Identifiability.** With `shift_mode = "permute"` class $k$ of the target
+# gets the spurious coupling of class $k+1$. Show that, for equal class shares, the
+# marginal distribution of the spurious edge's statistics is the same in both domains,
+# so that Eq. 12 (and any other unsupervised test) cannot see the shift. Do the same for
+# a *symmetric* reversal (`reverse` with `shift_factor = 1`). What would CauDiTS do, and
+# what extra information would make the problem solvable?
+
+# %% [markdown] tags=["solution"]
+# :::{dropdown} Solution to exercise 2
+# Over the classes, the source's spurious coupling takes the values $(+s, -s, 0)$ with
+# the class shares $(\pi_0, \pi_1, \pi_2)$. Under `permute` the target's classes take
+# $(-s, 0, +s)$, and under the symmetric reversal $(-s, +s, 0)$: with equal shares
+# both are the *same multiset* of couplings, so every statistic of a window, mixed over
+# the classes, has the same distribution in both domains. Only the labels know which
+# class got which coupling, and the target has none. Eq. 12 compares marginal moments,
+# so its entry for the spurious edge falls to sampling noise, the prior no longer turns
+# the mask off that edge, and CauDiTS has nothing to tell the causal edge from the
+# spurious one: we expect it to fall back to reading the stronger, spurious edge, like
+# source-only training (train it with these parameters to see). The cell below draws 512 windows per domain (at every tier), keeps the
+# same number of windows of each class in every domain (using the labels only to make
+# the shares equal), and prints the spurious edge's raw discrepancy under each shift
+# as a fraction of the one under the default reverse shift ($\alpha = 0.3$): both are
+# small fractions. What would help: a few labelled target windows (which reveal the
+# permutation at once), or knowledge of the system (which variables are actuators,
+# which edge is physical), or several source domains in which the spurious edge varies
+# while the causal one does not.
+# :::
+
+# %% tags=["solution", "hide-cell"]
+def equal_shares(x, y, m):
+    """The first m windows of each class: the same class shares in every domain."""
+    return x[np.concatenate([np.flatnonzero(y == k)[:m] for k in range(N_CLASSES)])]
+
+
+ex_rng = run.rng("exercise 2")
+ex_sim = dict(T=48, strength=spurious_strength)
+drawn = {"source": simulate(512, "source", ex_rng, **ex_sim)}
+for name, mode, factor in [("reverse 0.3", "reverse", 0.3), ("permute", "permute", 0.3),
+                           ("reverse 1.0", "reverse", 1.0)]:
+    drawn[name] = simulate(512, "target", ex_rng, mode=mode, factor=factor, **ex_sim)
+m = min(np.bincount(y, minlength=N_CLASSES).min() for _, y in drawn.values())
+balanced = {k: equal_shares(x, y, m) for k, (x, y) in drawn.items()}
+raw = {k: stability_discrepancy(balanced["source"], balanced[k], normalise=False)
+       for k in ("reverse 0.3", "permute", "reverse 1.0")}
+fraction = {k: raw[k][SPURIOUS_EDGE] / raw["reverse 0.3"][SPURIOUS_EDGE]
+            for k in ("permute", "reverse 1.0")}
+for k, f in fraction.items():
+    print(f"spurious edge's D under '{k}' / under 'reverse 0.3': {f:.3f}")
+# 'a small fraction': a quarter, well above the sampling noise of 512 windows (over 20
+# draws the fractions stayed below 0.09)
+S_INVISIBLE = 0.25
+icmlbook.solution_check("the larger fraction (permute, symmetric reversal)",
+                        max(fraction.values()), "<=", S_INVISIBLE)
+
+# %% [markdown]
 # ## References
 #
 # - J. Lu, S. Sun. CauDiTS: Causal Disentangled Domain Adaptation of Multivariate Time
