@@ -215,12 +215,8 @@ def trained():
             for m in ("source", "dann", "caudits")}
     prior = 1 - ch.stability_discrepancy(xs, xt)
     nets["prior mask"] = ch.train_model("source", xs, ys, xt, gen(), fixed_mask=prior, **KW)
-    no_prior = dict(lam_stab=0.0)
     nets["no disentangler"] = ch.train_model("caudits", xs, ys, xt, gen(), mask=False, **KW)
-    nets["no stability prior"] = ch.train_model("caudits", xs, ys, xt, gen(),
-                                                weights=no_prior, **KW)
-    nets["frozen mask"] = ch.train_model("caudits", xs, ys, xt, gen(), mask_lr=0.0,
-                                         weights=no_prior, **KW)
+    nets["frozen mask"] = ch.train_model("caudits", xs, ys, xt, gen(), mask_lr=0.0, **KW)
     original = ch.domain_loss
     try:  # train_model looks it up in the chapter's namespace
         ch.domain_loss = swapped_domain_loss
@@ -240,7 +236,7 @@ def best_baseline(acc):
 def test_claims_hold_for_seed0(trained):
     _, acc, src, _ = trained
     assert acc["caudits"] - best_baseline(acc) >= ch.C_VS_BASELINE
-    assert acc["no stability prior"] - acc["no disentangler"] >= ch.C_DISENTANGLER
+    assert acc["caudits"] - acc["no disentangler"] >= ch.C_VS_NO_DISENTANGLER
     assert src["caudits"] >= ch.C_SOURCE_ACC
 
 
@@ -254,18 +250,27 @@ def test_prior_mask_baseline_cuts_the_edges_that_moved(trained):
 
 
 def test_frozen_mask_fails_the_disentangler_claim(trained):
-    # the paper's disentangler whose mask never learns (learning rate 0, no prior):
-    # sigma(0) = 0.5 on every pair, so the causal and the spurious relationships are split
-    # alike
+    # the disentangler whose mask never learns (its learning rate is 0, so the prior cannot
+    # move it either): sigma(0) = 0.5 on every pair, so the causal and the spurious
+    # relationships are split alike
     nets, acc, _, _ = trained
     assert np.allclose(nets["frozen mask"].mask().detach().numpy(), 0.5)
-    assert acc["frozen mask"] - acc["no disentangler"] < ch.C_DISENTANGLER
+    assert acc["frozen mask"] - acc["no disentangler"] < ch.C_VS_NO_DISENTANGLER
 
 
-def test_swapped_domain_roles_fail_the_baseline_claim(trained):
-    # the GRL on the wrong branch: the causal part is trained to carry the domain
+def test_inverted_test_time_mask_fails_the_baseline_claim(trained):
+    # an evaluation bug: the rationale read through 1 - M (the domain-specific graph)
+    nets, acc, _, data = trained
+    net, xt_te, yt_te = nets["caudits"], data[6], data[7]
+    wrong = ch.accuracy(net, xt_te, yt_te, 1 - net.mask().detach())
+    assert wrong - best_baseline(acc) < ch.C_VS_BASELINE
+
+
+def test_swapped_domain_roles_lose_the_lead(trained):
+    # the GRL on the wrong branch: the causal part is trained to carry the domain, and the
+    # lead over the best baseline (the baseline claim's strict version) is gone
     _, acc, _, _ = trained
-    assert acc["swapped domain roles"] - best_baseline(acc) < ch.C_VS_BASELINE
+    assert acc["swapped domain roles"] - best_baseline(acc) < 0.0
 
 
 @pytest.mark.slow
