@@ -249,21 +249,23 @@ def test_prior_mask_baseline_cuts_the_edges_that_moved(trained):
     assert M[ch.SPURIOUS_EDGE] < 0.5 < min(M[ch.CAUSAL_EDGE], M[ch.REVERSE[ch.CAUSAL_EDGE]])
 
 
-def test_frozen_mask_fails_the_disentangler_claim(trained):
-    # the disentangler whose mask never learns (its learning rate is 0, so the prior cannot
-    # move it either): sigma(0) = 0.5 on every pair, so the causal and the spurious
-    # relationships are split alike
-    nets, acc, _, _ = trained
+def test_frozen_mask_stays_at_one_half(trained):
+    # the chapter's "mask frozen at 0.5" arm: its learning rate is 0, so neither training
+    # nor the prior moves it, and the causal and spurious relationships are split alike.
+    # It is not a broken variant of claim 2 (against M = 1): on seed 0 at this size it
+    # beats M = 1 by more than the bar, and CauDiTS too, so claim 2 does not isolate
+    # learning the mask
+    nets, _, _, _ = trained
     assert np.allclose(nets["frozen mask"].mask().detach().numpy(), 0.5)
-    assert acc["frozen mask"] - acc["no disentangler"] < ch.C_VS_NO_DISENTANGLER
 
 
-def test_inverted_test_time_mask_fails_the_baseline_claim(trained):
+def test_inverted_test_time_mask_fails_both_claims(trained):
     # an evaluation bug: the rationale read through 1 - M (the domain-specific graph)
     nets, acc, _, data = trained
     net, xt_te, yt_te = nets["caudits"], data[6], data[7]
     wrong = ch.accuracy(net, xt_te, yt_te, 1 - net.mask().detach())
     assert wrong - best_baseline(acc) < ch.C_VS_BASELINE
+    assert wrong - acc["no disentangler"] < ch.C_VS_NO_DISENTANGLER  # and claim 2
 
 
 def test_swapped_domain_roles_lose_the_lead(trained):
