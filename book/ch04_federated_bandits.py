@@ -1115,7 +1115,8 @@ run.finding(
 )
 run.finding(
     "elimination / C-MA-MAB with the bound's constants, at t_vs",
-    vs_regret["elimination, Hoeffding"][i_vs] / vs_regret["C-MA-MAB, r* of Eq. 6"][i_vs],
+    vs_regret["elimination, Hoeffding"][i_vs]
+    / vs_regret["C-MA-MAB, r* of Eq. 6"][i_vs],
     ">=",
     C_VS_ELIM,
     paper="C-MA-MAB with the r* of its regret bound is effective against combinatorial "
@@ -1539,9 +1540,9 @@ slope_q = loglog_slope(Q, np.array(regret_q))
 for q, r in zip(Q, regret_q):
     print(f"q = {q:4.2f}: mean R_A at T = {T_ex2:.0e} = {r:,.0f}")
 print(f"slope of log R_A against log q: {slope_q:.3f} (theory -1/3)")
-# at least qm agents' loss of speedup, within the tolerance of the chapter's slope checks
-# (C_SLOPE_TOL; a tolerance of 0.05 failed at seed 1 of the sweep, -0.281: too tight for a
-# slope fitted to three repetitions per q)
+# at least qm agents' loss of speedup, within the tolerance of the chapter's slope
+# checks (C_SLOPE_TOL; a tolerance of 0.05 failed at seed 1 of the sweep, -0.281: too
+# tight for a slope fitted to three repetitions per q)
 S_SLOPE_Q = -1 / 3 + C_SLOPE_TOL
 icmlbook.solution_check("slope of log R_A against log q", slope_q, "<=", S_SLOPE_Q)
 
