@@ -373,10 +373,10 @@ class NoisyTeacher(nn.Module):
     """Eq. 9: the teacher's distribution mixed with fresh random peaks; returns
     log-probs."""
 
-    def __init__(self, teacher, eta, seed):
+    def __init__(self, teacher, eta, gen):
         super().__init__()
         self.teacher, self.eta = teacher, eta
-        self.gen = torch.Generator().manual_seed(seed)
+        self.gen = gen  # a torch Generator: the stream of the spurious peaks
 
     def forward(self, idx):
         p = self.teacher(idx).softmax(-1)
@@ -455,7 +455,8 @@ def distill(
     pool,
     val,
     val_teacher_logits,
-    seed,
+    rng,
+    gen,
     lr,
     phi0=0.5,
     eps=0.01,
@@ -464,9 +465,9 @@ def distill(
     batch=BATCH,
     choose=choose_source,
 ):
-    """Distil teacher into student (in place); returns the history of the run."""
-    rng = random.Random(seed)
-    gen = torch.Generator().manual_seed(seed)
+    """Distil teacher into student (in place); returns the history of the run. rng (a
+    random.Random) draws the batches and Eq. 7's r, gen (a torch Generator) the samples.
+    """
     # torch.optim.AdamW's arithmetic, without its 2-3 s first-use import
     opt = icmlbook.Adam(student.parameters(), lr=lr, decoupled=True)
     mask = response_mask(batch)
@@ -541,10 +542,9 @@ def words_of(row):
 
 
 @torch.no_grad()
-def sample_quality(student, teacher, prompts, seed):
-    """Teacher NLL of student samples, grammatical fraction, distinct fraction, samples.
-    """
-    gen = torch.Generator().manual_seed(seed)
+def sample_quality(student, teacher, prompts, gen):
+    """Teacher NLL of student samples, grammatical fraction, distinct fraction, samples
+    (drawn with the torch Generator gen)."""
     x = generate(student, prompts, RESP_LEN, generator=gen)
     t_logp = teacher(x[:, :-1]).log_softmax(-1).gather(-1, x[:, 1:, None]).squeeze(-1)
     nll = float(masked_mean(-t_logp, response_mask(len(x))))
@@ -566,8 +566,20 @@ def sample_quality(student, teacher, prompts, seed):
 # distillation run below. The held-out set and the sampling prompts are fixed.
 
 # %%
-data_rng = random.Random(seed)
+def py_rng(name):
+    """A Python random.Random on the named stream (the toy grammar draws from one)."""
+    return random.Random(run.stream_seed(name))
+
+
+def distill_streams():
+    """The batches and samples of a distillation run: the same stream for every run
+    it is compared with, so that compared runs see the same batches."""
+    return dict(rng=py_rng("distill batches"), gen=run.generator("distill samples"))
+
+
+data_rng = py_rng("data")
 pool = make_pool(cfg.n_pool, data_rng)
+run.reseed("init")  # the models' weights are drawn from torch's global generator
 teacher = make_model(48, 2, 4)
 teacher_losses = fit_lm(teacher, lambda s: sample_batch(pool, BATCH, data_rng),
                         cfg.teacher_steps, lr=3e-3, desc="teacher")
@@ -581,11 +593,11 @@ sft_losses = fit_lm(
 )
 sft_state = copy.deepcopy(student.state_dict())
 
-val = make_pool(cfg.n_val, random.Random(10_000 + seed))
+val = make_pool(cfg.n_val, py_rng("validation"))
 with torch.no_grad():
     val_teacher_logits = teacher(val[:, :-1])
-prompts = make_pool(cfg.n_samples, random.Random(20_000 + seed))[:, : 1 + PROMPT_LEN]
-teacher_q = sample_quality(teacher, teacher, prompts, seed)
+prompts = make_pool(cfg.n_samples, py_rng("prompts"))[:, : 1 + PROMPT_LEN]
+teacher_q = sample_quality(teacher, teacher, prompts, run.generator("teacher samples"))
 sft_kl = heldout_kl(student, val, val_teacher_logits)
 print(
     f"teacher: {teacher.n_params()} parameters, held-out NLL "
@@ -674,7 +686,7 @@ def compare_losses(lr, desc):
             pool=pool,
             val=val,
             val_teacher_logits=val_teacher_logits,
-            seed=seed + 1,
+            **distill_streams(),
             lr=lr,
             eval_every=cfg.eval_every,
         )
@@ -744,7 +756,7 @@ for kind in icmlbook.progress(LOSSES, desc="noisy teacher"):
     s.load_state_dict(sft_state)
     noisy_hists[kind] = distill(
         s,
-        NoisyTeacher(teacher, teacher_noise, seed + 6),
+        NoisyTeacher(teacher, teacher_noise, run.generator("teacher noise")),
         kind=kind,
         alpha=alpha,
         steps=cfg.steps,
@@ -752,11 +764,13 @@ for kind in icmlbook.progress(LOSSES, desc="noisy teacher"):
         pool=pool,
         val=val,
         val_teacher_logits=val_teacher_logits,
-        seed=seed + 1,
+        **distill_streams(),
         lr=cfg.fast_lr,
         eval_every=cfg.eval_every,
     )
-    noisy_quality[kind] = sample_quality(s, teacher, prompts, seed + 3)
+    noisy_quality[kind] = sample_quality(
+        s, teacher, prompts, run.generator("student samples")
+    )
 noisy_kl = {k: h["kl"][-1] for k, h in noisy_hists.items()}
 
 fig, ax = plt.subplots(figsize=(5, 3))
@@ -844,7 +858,7 @@ for regime in icmlbook.progress(REGIMES, desc="regimes"):
         pool=small_set,
         val=val,
         val_teacher_logits=val_teacher_logits,
-        seed=seed + 1,
+        **distill_streams(),
         lr=cfg.fast_lr,
         phi0=phi0,
         eps=loss_eps,
@@ -853,7 +867,8 @@ for regime in icmlbook.progress(REGIMES, desc="regimes"):
         batch=N_SMALL,
     )
     regime_students[regime] = s
-regime_quality = {r: sample_quality(s, teacher, prompts, seed + 2)
+regime_quality = {r: sample_quality(s, teacher, prompts,
+                                    run.generator("student samples"))
                   for r, s in regime_students.items()}
 
 print(
@@ -961,7 +976,8 @@ plt.show()
 # write the same words; differences come from the students alone.
 
 # %%
-mode_quality = {k: sample_quality(fast_students[k], teacher, prompts, seed + 3)
+mode_quality = {k: sample_quality(fast_students[k], teacher, prompts,
+                                     run.generator("student samples"))
                 for k in LOSSES}
 for kind in ("FKL", "RKL"):
     qd = mode_quality[kind]
@@ -1012,14 +1028,18 @@ run.metric("mode_distinct", {k: q["distinct"] for k, q in mode_quality.items()})
 # quality against on-policy's. All are printed below and recorded in the run's metrics.
 
 # %% tags=["thresholds"]
-# noisy teacher, KL(SKL) / KL(FKL); earlier runs on seeds 0-9: about 0.38-0.46
+# the paper's verdict follows icmlbook.verdicts' rule, fixed before the final sweep
+# noisy teacher, KL(SKL) / KL(FKL); calibrated: trial runs 0.38-0.46, then 0.45-0.48
+# on seeds 0-9 (streams of the previous version)
 C_NOISY_SKL_VS_FKL = 0.7
-# Part B, KL(adaptive) / KL(fixed phi); trial runs: 0.40-0.74 on seeds 0-4 with a
-# 256-sequence buffer, 0.50-0.73 on seeds 0-2 with the 64 used here
+# Part B, KL(adaptive) / KL(fixed phi); changed after failure: trial runs 0.40-0.74,
+# then on seed 6 Eq. 8 never fired at eps 0.1 and eps became 0.02 (loss_eps)
 C_ADAPTIVE_VS_FIXED = 0.9
-# Part B, on-policy / adaptive training CPU time; trial runs seeds 0-2: 2.6-3.1, then
+# Part B, on-policy / adaptive training CPU time; calibrated: trial runs 2.6-3.1, then
 # 2.26 at seed 0 under heavier load (on-policy / fixed caps it near 2.6): set to 1.5
 C_SPEEDUP = 1.5
+# the paper's direction of each finding: a ratio of held-out KLs at most 1
+R_EVEN = 1.0
 # max |dSKL/dq| / ((1-alpha)/alpha): the bound of Eq. 5, up to float64 rounding
 C_GRAD_BOUND = 1.000001
 # max |autograd - Eq. 5| over the held-out positions (float64)
@@ -1048,6 +1068,8 @@ run.claim(
     "the skew makes forward KL robust to a teacher's confident random mistakes",
     versus="ablation",
     against="forward KL, i.e. SKL with alpha = 0 (same data, steps, step size)",
+    strength="superiority",
+    provenance="calibrated",
 )
 run.claim(
     "small set: KL(adaptive) / KL(fixed phi)",
@@ -1057,6 +1079,8 @@ run.claim(
     "raising phi when the validation loss rises (Eq. 8) gives a better student",
     versus="ablation",
     against="the same schedule with phi held at phi0 (Eq. 8 off)",
+    strength="superiority",
+    provenance="changed after failure",
 )
 run.claim(
     "small set: on-policy / adaptive seconds",
@@ -1066,6 +1090,8 @@ run.claim(
     "adaptive off-policy SGO trains at least 1.5x as fast as on-policy SGO",
     versus="baseline",
     against="on-policy SGO (GKD-style: a student sample every step), same data, steps",
+    strength="superiority",
+    provenance="calibrated",
 )
 run.check("SKL grad / (1-alpha)/alpha", skl_bound_ratio, "<=", C_GRAD_BOUND,
           "the skew KL gradient w.r.t. q is within (1-alpha)/alpha (Eq. 5)", digits=7)
@@ -1075,6 +1101,61 @@ run.check("FKL grad at q=1e-6", fkl_toy, ">=", C_FKL_UNBOUNDED,
           "forward KL's gradient w.r.t. q is p/q, unbounded as q -> 0")
 run.check("fixed phi: validation-loss rise", val_rise, ">=", C_VAL_RISE,
           "Part B's premise: without Eq. 8 the validation loss rises by at least eps")
+run.finding(
+    "clean teacher, larger step: KL(SKL) / KL(FKL)",
+    fast_kl["SKL"] / fast_kl["FKL"],
+    "<=",
+    R_EVEN,
+    paper="SKL converges faster than KL and ends at least as good",
+    shows="with a clean teacher forward KL ends lower: the skew brakes (Eq. 6)",
+)
+run.finding(
+    "noisy teacher: KL(SKL) / KL(best other loss)",
+    noisy_kl["SKL"] / noisy_kl[best_other],
+    "<=",
+    R_EVEN,
+    paper="SKL/SRKL outperform the other divergences (KL, RKL)",
+    shows="a mode-seeking loss (RKL or SRKL) ends as low as SKL or lower",
+)
+run.finding(
+    "clean teacher: KL(SRKL) / KL(RKL)",
+    final_kl["SRKL"] / final_kl["RKL"],
+    "<=",
+    R_EVEN,
+    paper="SRKL improves on RKL",
+    shows="SRKL against RKL goes either way from seed to seed",
+)
+run.finding(
+    "small set: KL(adaptive) / KL(on-policy)",
+    b_kl["adaptive"] / b_kl["on-policy"],
+    "<=",
+    R_EVEN,
+    paper="adaptive off-policy SGO matches or beats on-policy quality at lower cost",
+    shows="on-policy SGO ends with the better student at this scale",
+)
+run.headline(
+    "skew KL",
+    "the skew KL divergence has a bounded gradient and gives more stable, faster "
+    "optimisation and better students than KL and RKL",
+    source="Sec. 3.1",
+    claims=["noisy teacher: KL(SKL) / KL(FKL)"],
+    findings=[
+        "clean teacher, larger step: KL(SKL) / KL(FKL)",
+        "noisy teacher: KL(SKL) / KL(best other loss)",
+        "clean teacher: KL(SRKL) / KL(RKL)",
+    ],
+)
+run.headline(
+    "adaptive off-policy SGO",
+    "the adaptive off-policy approach uses student-generated outputs efficiently: "
+    "high-performing students with up to 4.3x speedup compared to recent KD methods",
+    source="Abstract; Sec. 3.2",
+    claims=[
+        "small set: KL(adaptive) / KL(fixed phi)",
+        "small set: on-policy / adaptive seconds",
+    ],
+    findings=["small set: KL(adaptive) / KL(on-policy)"],
+)
 run.metric("noisy_skl_over_best_other", noisy_kl["SKL"] / noisy_kl[best_other])
 run.metric("skl_over_rkl", final_kl["SKL"] / final_kl["RKL"])
 run.metric("srkl_over_rkl", final_kl["SRKL"] / final_kl["RKL"])
@@ -1151,7 +1232,7 @@ def widget_run(alpha_w, kind, target="clean"):
         t = (
             teacher
             if target == "clean"
-            else NoisyTeacher(teacher, teacher_noise, seed + 6)
+            else NoisyTeacher(teacher, teacher_noise, run.generator("teacher noise"))
         )
         h = distill(
             s,
@@ -1163,11 +1244,12 @@ def widget_run(alpha_w, kind, target="clean"):
             pool=pool,
             val=val,
             val_teacher_logits=val_teacher_logits,
-            seed=seed + 4,
+            **distill_streams(),
             lr=cfg.fast_lr,
             eval_every=max(1, cfg.widget_steps // 5),
         )
-        widget_cache[key] = (h, sample_quality(s, teacher, widget_prompts, seed + 5))
+        widget_cache[key] = (h, sample_quality(
+            s, teacher, widget_prompts, run.generator("student samples")))
     return widget_cache[key]
 
 
