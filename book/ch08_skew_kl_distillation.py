@@ -42,22 +42,22 @@
 # with a probability $\varphi$ that rises when validation loss rises, and otherwise
 # replay old student samples from a buffer.
 #
-# **The claim.** SKL/SRKL are more stable than KL/RKL, and the adaptive off-policy
-# scheme keeps the benefit of student-generated data at a fraction of its cost (up to
-# 4.3x faster than recent distillation methods). We distil a two-layer transformer
-# trained on the book's toy language into one-layer students and check the bounded
-# gradient, the losses against each other and the data regimes against each other.
-# Two settings are this book's constructions, not the paper's: a *noisy teacher* that
-# makes random confident mistakes (where the skew's bound has something to act on),
-# and a *small distillation set* on which the student's validation loss rises (the
-# premise of the adaptive rule, which on the large set never fires). What reproduces:
-# against its own ablation ($\alpha = 0$) SKL is far more robust to the noisy teacher,
-# and the adaptive rule, where it fires, gives a much better student than the same
-# schedule without it, at a fraction of on-policy distillation's cost. What does not:
-# SKL *converging faster* than forward KL (with a clean teacher forward KL wins, and
-# the chapter shows why), SKL beating the strongest other loss (with the noisy teacher
-# a mode-seeking loss does as well or better), and the adaptive scheme matching
-# on-policy quality (on-policy ends better here).
+# **The claim.** The paper's two headlines: the skew KL divergence, whose gradient is
+# bounded, optimises more stably and faster than KL and RKL and gives better students
+# (Sec. 3.1); and the adaptive off-policy approach builds high-performing students
+# "while achieving up to 4.3x speedup compared to recent KD methods" (abstract,
+# Sec. 3.2). We distil a two-layer transformer trained on the book's toy language into
+# one-layer students and check the bounded gradient, the losses against each other and
+# the data regimes against each other. Two settings are this book's constructions, not
+# the paper's: a *noisy teacher* that makes random confident mistakes (where the skew's
+# bound has something to act on), and a *small distillation set* on which the student's
+# validation loss rises (the premise of the adaptive rule, which on the large set never
+# fires). The claims we test are SKL against its own ablation ($\alpha = 0$) with the
+# noisy teacher, the adaptive rule against the same schedule without it, and its cost
+# against on-policy distillation; SKL against forward KL with a clean teacher, against
+# the strongest other loss, SRKL against RKL and the adaptive scheme's quality against
+# on-policy's are recorded as findings. The paper's verdict, by the book's rule, is
+# printed with the claims below.
 
 # %% tags=["parameters"]
 tier = "default"  # smoke | default | full: size of the experiment
@@ -729,17 +729,16 @@ run.metric("final_kl", final_kl)
 run.metric("final_kl_fast_lr", fast_kl)
 
 # %% [markdown]
-# At the chapter's step size SKL ends clearly below reverse KL and close to forward KL
-# (within about 20% either way, depending on the seed); SRKL ends below reverse KL in
-# most seeds but not all. With the larger step size every loss gets much further, and
-# forward KL wins clearly: the skew caps the push on under-covered tokens (Eq. 6), which
+# At the chapter's step size SKL ends below reverse KL and close to forward KL, on
+# either side of it depending on the seed; SRKL against reverse KL goes either way too
+# (a finding below). With the larger step size every loss gets much further, and
+# forward KL ends lowest: the skew caps the push on under-covered tokens (Eq. 6), which
 # is a brake, not an accelerator, when nothing is unstable. Our tiny student, a 38-word
 # vocabulary, exact fp32 teacher probabilities and gradient clipping leave nothing for
 # the bound to fix: forward KL's gradient with respect to the *logits* is $q - p$, bounded
-# anyway. (In trial runs at step sizes $3\cdot10^{-2}$ and $10^{-1}$, forward KL still
-# ended best, at KL 0.01–0.05, while the skewed losses ended 10–100 times higher, once
-# above where they started.) The paper's "SKL converges faster than KL" does **not**
-# reproduce here, and we do not claim it.
+# anyway (trial runs at still larger step sizes, not part of this run, told the same
+# story). The paper's "SKL converges faster than KL" does **not** reproduce here: it is
+# recorded as a finding, not claimed.
 #
 # ### Part A, continued: where the bound bites
 #
@@ -827,9 +826,10 @@ run.metric("gen_nll_noisy_teacher", {k: q["gen_nll"] for k, q in noisy_quality.i
 # the large pool), trained at the larger step size. Fitting the teacher on the same
 # few prefixes over and over, the student's validation loss climbs within the first
 # evaluations. We use the GPT-2 recipe's $\varphi_0$ = `phi0` = 0 and a smaller
-# $\varepsilon$ = `loss_eps` = 0.02 (the recipe's 0.1 was used until the run over seeds
-# 0–9, where on seed 6 the validation loss rose by only 0.065 and Eq. 8 never fired),
-# and compare three regimes with SKL from the same
+# $\varepsilon$ = `loss_eps` = 0.02 (the recipe's 0.1 was used in an earlier version of
+# this chapter until, on one seed, the validation loss rose by less than 0.1 and Eq. 8
+# never fired; the claim that rests on it is therefore marked as changed after a
+# failure), and compare three regimes with SKL from the same
 # student: the **fixed** schedule ($\varphi$ held at $\varphi_0$: Eq. 8 switched off,
 # the ablation), **adaptive** (Eqs. 7–8), and **on-policy** (a fresh student sample
 # every step, the GKD-style baseline whose cost the paper sets out to cut). We count
@@ -949,8 +949,8 @@ plt.show()
 # %% [markdown]
 # Left: without Eq. 8 (the fixed schedule, green) the validation loss jumps in the first
 # evaluations and never comes back; the adaptive run sees the same jump, raises
-# $\varphi$ by 0.1 (Eq. 8), and from then on about one step in ten trains on the
-# student's own samples, scored by the teacher: fresh ones while the buffer fills and
+# $\varphi$ by 0.1 (Eq. 8), and from then on a share of the steps about $\varphi$ trains
+# on the student's own samples, scored by the teacher: fresh ones while the buffer fills and
 # with probability $\varphi(1 - s/S)$ after that, otherwise a batch replayed from the
 # buffer (the counts by source are printed above). Those samples are new prefixes the
 # small set does not contain, and the held-out KL (middle) falls to a fraction of the
@@ -960,7 +960,7 @@ plt.show()
 # above), not all of it, at a fraction of its sampling cost (right: sampling dominates
 # the on-policy run, sixteen tokens one forward pass at a time, no KV cache). The paper
 # reports the adaptive scheme *matching or beating* on-policy quality; here it is
-# cheaper and clearly better than its ablation, but not as good as on-policy.
+# cheaper and better than its ablation, but not as good as on-policy (a finding).
 
 
 # %% [markdown]
@@ -999,8 +999,14 @@ run.metric("mode_distinct", {k: q["distinct"] for k, q in mode_quality.items()})
 # %% [markdown]
 # ## Claim checks
 #
-# Thresholds were fixed on trial runs of this implementation (seeds 0–4) before the
-# runs over seeds 0–9, for the default tier; the smoke tier records them only.
+# Thresholds were calibrated on trial runs and on seeds 0–9 of the previous version of
+# this chapter (before its random numbers came from named streams) and kept unchanged
+# for the runs over seeds 0–19 of this version, at the default tier; the smoke tier
+# records them only. Each claim states its strength (all three are superiority) and
+# where its threshold came from; the second is marked *changed after a failure*
+# ($\varepsilon$ above). The paper's verdict follows the book's rule
+# (`icmlbook.verdicts`): a headline is reproduced only when its claims hold at full
+# strength and its findings go the paper's way.
 #
 # **Paper claims.**
 #
@@ -1020,12 +1026,12 @@ run.metric("mode_distinct", {k: q["distinct"] for k, q in mode_quality.items()})
 # is $p_v/q_v = 5\cdot10^5$ (arithmetic); and the premise of Part B: without Eq. 8 the
 # validation loss does rise by at least the paper's $\varepsilon$.
 #
-# **Reported, not claimed** (they do not hold at our scale, or not on every seed):
-# SKL against the *strongest* of the other three losses, each at the same step size
-# (forward KL with a clean teacher, a mode-seeking loss with the noisy one); SKL against
-# reverse KL with a clean teacher (SKL lower at the chapter's step size, but reverse KL
-# is not the strongest baseline); SRKL against reverse KL; and the adaptive run's
-# quality against on-policy's. All are printed below and recorded in the run's metrics.
+# **Findings** (recorded in the paper's direction, never enforced; they do not hold at
+# our scale, or not on every seed): with a clean teacher at the larger step size, SKL
+# against forward KL; with the noisy teacher, SKL against the *strongest* of the other
+# three losses; SRKL against reverse KL; and the adaptive run's held-out KL against
+# on-policy's. Two headlines group them: the skew KL (claim 1 and the first three
+# findings) and the adaptive off-policy scheme (claims 2 and 3 and the last finding).
 
 # %% tags=["thresholds"]
 # the paper's verdict follows icmlbook.verdicts' rule, fixed before the final sweep
@@ -1300,10 +1306,21 @@ icmlbook.explore(update, controls, run=run)
 # | data | Dolly-15k instructions, five evaluation sets, ROUGE-L | the book's toy review language, exact KL and teacher NLL of samples; Part B distils on 8 sequences |
 # | losses | SKL/SRKL ($\alpha = 0.1$) vs KL, RKL, JSD, TVD | SKL/SRKL vs KL, RKL, from scratch (Eqs. 1–4) |
 # | bounded gradient | proved | checked numerically on real distributions (checks) |
-# | SKL vs KL | faster convergence, more stable | faster: **not reproduced** with a clean teacher (forward KL ends lower at the larger step size); more robust: yes, with a noisy teacher of our own construction, at most 0.7 times forward KL's held-out KL (claim 1) |
-# | SKL/SRKL vs the other losses | better | **not reproduced** against the strongest: with the noisy teacher RKL or SRKL ends as low as SKL or lower; SRKL vs RKL goes either way (reported) |
+# | SKL vs KL | faster convergence, more stable | faster: **not reproduced** with a clean teacher (forward KL ends lower at the larger step size; a finding); more robust: yes, with a noisy teacher of our own construction, at most 0.7 times forward KL's held-out KL (claim 1) |
+# | SKL/SRKL vs the other losses | better | **not reproduced** against the strongest: with the noisy teacher RKL or SRKL ends as low as SKL or lower; SRKL vs RKL goes either way (findings) |
 # | adaptive SGO scheduler (Eq. 8) | raises $\varphi$ when validation loss rises; $\varphi_0 = 0$, $\varepsilon = 0.1$ for GPT-2 | same rule, $\varphi_0 = 0$, $\varepsilon = 0.02$; on the large set it never fires, on the small set it fires and the student ends at most 0.9 times the fixed schedule's held-out KL (claim 2) |
-# | adaptive vs on-policy | on-policy quality or better, up to 4.3x faster | at least 1.5x less training CPU time than on-policy (claim 3); on-policy ends with the better student here (reported) |
+# | adaptive vs on-policy | on-policy quality or better, up to 4.3x faster | at least 1.5x less training CPU time than on-policy (claim 3); on-policy ends with the better student here (**not reproduced**; a finding) |
+#
+# **Paper coverage.**
+#
+# | the paper's main text | here |
+# |---|---|
+# | the skew KL's bounded gradient (Sec. 3.1, proved) | tested: checks (Eq. 5 against autograd, the bound on real distributions) |
+# | SKL/SRKL against KL/RKL: stability and convergence (Sec. 3.1, its figures) | tested: claim 1 (noisy teacher, against the ablation $\alpha = 0$); findings (clean teacher against forward KL, SRKL against RKL) |
+# | the losses compared on instruction following (main results table, ROUGE-L on five sets) | stood in for: held-out KL on the toy language; finding (SKL against the strongest other loss); JSD and TVD out of scope |
+# | adaptive off-policy SGO against its ablations (Sec. 3.2, analysis section) | tested: claim 2 (Eq. 8 against the fixed schedule) |
+# | training time against on-policy methods (up to 4.3x, abstract) | tested: claim 3 (CPU time against on-policy SGO); finding (quality against on-policy) |
+# | larger teachers (OPT, OpenLLaMA), other tasks, LoRA | out of scope: laptop-CPU scale |
 #
 # Honest notes. The noisy teacher of Eq. 9 and the eight-sequence distillation set are
 # our constructions, to put the paper's two mechanisms where they have something to act
@@ -1316,9 +1333,10 @@ icmlbook.explore(update, controls, run=run)
 # set, and runs at the larger step size, where its samples are mostly grammatical.
 # Training time is the process's CPU time, with sampling measured separately; our
 # sampler has no KV cache, which makes sampling dearer than in the paper's setting and
-# the speedup larger. The speedup bar was lowered from 2 to 1.5 before the runs over
-# seeds 0–9, when one run on a busier machine measured 2.26: CPU time is not immune to
-# other jobs' load, and the ratio of on-policy to the fixed schedule caps it near 2.6.
+# the speedup larger. The speedup bar was lowered from 2 to 1.5 before the first runs
+# over many seeds, when one trial run on a busier machine came close to 2: CPU time is
+# not immune to other jobs' load, and the ratio of on-policy to the fixed schedule caps
+# it.
 #
 # A claim that the adaptive run keeps on-policy's generation quality within 5%, once
 # made on the large pool with $\varphi_0 = 0.5$ (where Eq. 8 never fired), failed on a
