@@ -191,43 +191,12 @@ print(
 # with $\alpha = 1$ they vanish. The mixture must be formed from *probabilities* (a
 # convex combination of two distributions), not from log-probabilities.
 #
-# **The bounded gradient.** Differentiating Eq. 3 with respect to the student's
-# probabilities, with $m = \alpha p + (1-\alpha) q$:
-#
-# $$\frac{\partial D_{\mathrm{SKL}}}{\partial q_v} = -\frac{(1-\alpha)\, p_v}{\alpha p_v + (1-\alpha) q_v},
-# \qquad \Big|\frac{\partial D_{\mathrm{SKL}}}{\partial q_v}\Big| \le \frac{1-\alpha}{\alpha}, \tag{5}$$
-#
-# because $m_v \ge \alpha p_v$. For the forward KL the same derivative is $-p_v/q_v$,
-# unbounded as the student's $q_v \to 0$ on a teacher mode ($\alpha = 0.1$ caps SKL's
-# at 9). Through the softmax, the gradient with respect to the student's *logits* is
-#
-# $$\frac{\partial D_{\mathrm{SKL}}}{\partial z_k} = -(1-\alpha)\, q_k\Big(\frac{p_k}{m_k}
-#   - \sum_v q_v \frac{p_v}{m_v}\Big), \tag{6}$$
-#
-# our derivation. For forward KL ($\alpha = 0$) this is $q_k - p_k$: already bounded
-# by 1. Where the student badly under-covers a teacher token ($q_k \ll \alpha p_k$),
-# Eq. 6 pushes with about $(1-\alpha) q_k / \alpha$ instead of forward KL's $p_k$: the
-# skew buys stability with *smaller* steps on exactly the tokens the student misses.
-# This is the key to what we will see below.
-#
-# **Adaptive off-policy student-generated outputs (SGO).** Each training step draws
-# $r \sim U(0, 1)$ and, with $\varphi$ the current SGO probability, step $s$ of $S$,
-#
-# $$\text{source} = \begin{cases}
-#   \text{generate from } q_\theta\ (\text{and push to the buffer}) & r < \varphi\,(1 - s/S)
-#     \ \text{ or }\ (r < \varphi \text{ and the buffer is not full}),\\
-#   \text{replay a batch from the buffer} & \text{else if } r < \varphi,\\
-#   \text{ground truth} & \text{otherwise.}\end{cases} \tag{7}$$
-#
-# At every evaluation the student's validation loss $L$ is compared with a reference
-# $L_{\mathrm{prev}}$ (the first evaluation's loss at the start):
-#
-# $$\text{if } L \ge L_{\mathrm{prev}} + \varepsilon:\quad \varphi \leftarrow \min(\varphi + 0.1,\ 1),
-#   \quad L_{\mathrm{prev}} \leftarrow L. \tag{8}$$
-#
-# The reference only moves when $\varphi$ rises (as in the authors' recipe): a
-# student whose validation loss starts to climb is getting exposure-bias trouble and is
-# given more of its own samples.
+# **The bounded gradient and the adaptive schedule.** Because the mixture is never
+# smaller than $\alpha$ times the teacher, the gradient of Eq. 3 with respect to the
+# student's probabilities is bounded by $(1-\alpha)/\alpha$ (Eq. 5, derived next to the
+# code that checks it). The adaptive off-policy scheme (Eqs. 7–8, next to the code that
+# runs them) trains on the student's own samples with a probability $\varphi$ that rises
+# whenever the student's validation loss rises.
 
 # %% [markdown]
 # ## From scratch
@@ -276,6 +245,25 @@ def masked_mean(x, mask):
 
 # %% [markdown]
 # ### The gradient in probability space (Eq. 5)
+#
+# **The bounded gradient.** Differentiating Eq. 3 with respect to the student's
+# probabilities, with $m = \alpha p + (1-\alpha) q$:
+#
+# $$\frac{\partial D_{\mathrm{SKL}}}{\partial q_v} = -\frac{(1-\alpha)\, p_v}{\alpha p_v + (1-\alpha) q_v},
+# \qquad \Big|\frac{\partial D_{\mathrm{SKL}}}{\partial q_v}\Big| \le \frac{1-\alpha}{\alpha}, \tag{5}$$
+#
+# because $m_v \ge \alpha p_v$. For the forward KL the same derivative is $-p_v/q_v$,
+# unbounded as the student's $q_v \to 0$ on a teacher mode ($\alpha = 0.1$ caps SKL's
+# at 9). Through the softmax, the gradient with respect to the student's *logits* is
+#
+# $$\frac{\partial D_{\mathrm{SKL}}}{\partial z_k} = -(1-\alpha)\, q_k\Big(\frac{p_k}{m_k}
+#   - \sum_v q_v \frac{p_v}{m_v}\Big), \tag{6}$$
+#
+# our derivation. For forward KL ($\alpha = 0$) this is $q_k - p_k$: already bounded
+# by 1. Where the student badly under-covers a teacher token ($q_k \ll \alpha p_k$),
+# Eq. 6 pushes with about $(1-\alpha) q_k / \alpha$ instead of forward KL's $p_k$: the
+# skew buys stability with *smaller* steps on exactly the tokens the student misses.
+# This is the key to what we will see below.
 #
 # To look at Eq. 5 we need the loss as a function of the probability vector $q$ itself
 # (not of logits). `skl_probs` is Eq. 3 written on probabilities; autograd gives its
@@ -386,6 +374,25 @@ class NoisyTeacher(nn.Module):
 
 # %% [markdown]
 # ### Distillation with four data regimes (Eqs. 7–8)
+#
+# **Adaptive off-policy student-generated outputs (SGO).** Each training step draws
+# $r \sim U(0, 1)$ and, with $\varphi$ the current SGO probability, step $s$ of $S$,
+#
+# $$\text{source} = \begin{cases}
+#   \text{generate from } q_\theta\ (\text{and push to the buffer}) & r < \varphi\,(1 - s/S)
+#     \ \text{ or }\ (r < \varphi \text{ and the buffer is not full}),\\
+#   \text{replay a batch from the buffer} & \text{else if } r < \varphi,\\
+#   \text{ground truth} & \text{otherwise.}\end{cases} \tag{7}$$
+#
+# At every evaluation the student's validation loss $L$ is compared with a reference
+# $L_{\mathrm{prev}}$ (the first evaluation's loss at the start):
+#
+# $$\text{if } L \ge L_{\mathrm{prev}} + \varepsilon:\quad \varphi \leftarrow \min(\varphi + 0.1,\ 1),
+#   \quad L_{\mathrm{prev}} \leftarrow L. \tag{8}$$
+#
+# The reference only moves when $\varphi$ rises (as in the authors' recipe): a
+# student whose validation loss starts to climb is getting exposure-bias trouble and is
+# given more of its own samples.
 #
 # `choose_source` is Eq. 7 and `update_phi` is Eq. 8, as pure functions. `distill`
 # trains a student from its current weights for `steps` AdamW steps (cosine decay,
