@@ -451,6 +451,7 @@ def heldout_nll(model, val):
     return float(lm_loss(model, val, response_mask(len(val))))
 
 
+# %%
 def distill(
     student,
     teacher,
@@ -1112,6 +1113,8 @@ run.check("FKL grad at q=1e-6", fkl_toy, ">=", C_FKL_UNBOUNDED,
           "forward KL's gradient w.r.t. q is p/q, unbounded as q -> 0")
 run.check("fixed phi: validation-loss rise", val_rise, ">=", C_VAL_RISE,
           "Part B's premise: without Eq. 8 the validation loss rises by at least eps")
+
+# %%
 run.finding(
     "clean teacher, larger step: KL(SKL) / KL(FKL)",
     fast_kl["SKL"] / fast_kl["FKL"],
