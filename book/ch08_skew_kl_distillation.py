@@ -815,7 +815,7 @@ run.metric("gen_nll_noisy_teacher", {k: q["gen_nll"] for k, q in noisy_quality.i
 # SKL is not the most robust loss, though: the mode-seeking losses (RKL, SRKL) are
 # robust too, for a simpler reason (they weigh the log-ratio by the student's mass, so teacher
 # peaks where the student has none hardly pull at all), and they end as low as SKL or
-# lower (SKL against the best of the other three is printed with the claims). The bound
+# lower (SKL against the best of the other three is a finding, printed with the claims). The bound
 # is a robustness property: it pays off when the target is noisy (the paper's setting
 # has a 1.5B teacher on long generated sequences, mixed precision and a 50k vocabulary)
 # and costs speed when the target is clean. Uniform noise ($\xi = 0$) would not show this: it only smooths the
@@ -1346,9 +1346,9 @@ icmlbook.explore(update, controls, run=run)
 # Training time is the process's CPU time, with sampling measured separately; our
 # sampler has no KV cache, which makes sampling dearer than in the paper's setting and
 # the speedup larger. The speedup bar was lowered from 2 to 1.5 before the first runs
-# over many seeds, when one trial run on a busier machine came close to the bar: CPU time is
-# not immune to other jobs' load, and the ratio of on-policy to the fixed schedule caps
-# it.
+# over many seeds, when one trial run on a busier machine came close to the bar: CPU
+# time is not immune to other jobs' load, and the ratio of on-policy to the fixed
+# schedule caps it.
 #
 # A claim that the adaptive run keeps on-policy's generation quality within 5%, once
 # made on the large pool with $\varphi_0 = 0.5$ (where Eq. 8 never fired), failed on a
