@@ -42,22 +42,22 @@
 # with a probability $\varphi$ that rises when validation loss rises, and otherwise
 # replay old student samples from a buffer.
 #
-# **The claim.** SKL/SRKL are more stable than KL/RKL, and the adaptive off-policy
-# scheme keeps the benefit of student-generated data at a fraction of its cost (up to
-# 4.3x faster than recent distillation methods). We distil a two-layer transformer
-# trained on the book's toy language into one-layer students and check the bounded
-# gradient, the losses against each other and the data regimes against each other.
-# Two settings are this book's constructions, not the paper's: a *noisy teacher* that
-# makes random confident mistakes (where the skew's bound has something to act on),
-# and a *small distillation set* on which the student's validation loss rises (the
-# premise of the adaptive rule, which on the large set never fires). What reproduces:
-# against its own ablation ($\alpha = 0$) SKL is far more robust to the noisy teacher,
-# and the adaptive rule, where it fires, gives a much better student than the same
-# schedule without it, at a fraction of on-policy distillation's cost. What does not:
-# SKL *converging faster* than forward KL (with a clean teacher forward KL wins, and
-# the chapter shows why), SKL beating the strongest other loss (with the noisy teacher
-# a mode-seeking loss does as well or better), and the adaptive scheme matching
-# on-policy quality (on-policy ends better here).
+# **The claim.** The paper's two headlines: the skew KL divergence, whose gradient is
+# bounded, optimises more stably and faster than KL and RKL and gives better students
+# (Sec. 3.1); and the adaptive off-policy approach builds high-performing students
+# "while achieving up to 4.3x speedup compared to recent KD methods" (abstract,
+# Sec. 3.2). We distil a two-layer transformer trained on the book's toy language into
+# one-layer students and check the bounded gradient, the losses against each other and
+# the data regimes against each other. Two settings are this book's constructions, not
+# the paper's: a *noisy teacher* that makes random confident mistakes (where the skew's
+# bound has something to act on), and a *small distillation set* on which the student's
+# validation loss rises (the premise of the adaptive rule, which on the large set never
+# fires). The claims we test are SKL against its own ablation ($\alpha = 0$) with the
+# noisy teacher, the adaptive rule against the same schedule without it, and its cost
+# against on-policy distillation; SKL against forward KL with a clean teacher, against
+# the strongest other loss, SRKL against RKL and the adaptive scheme's quality against
+# on-policy's are recorded as findings. The paper's verdict, by the book's rule, is
+# printed with the claims below.
 
 # %% tags=["parameters"]
 tier = "default"  # smoke | default | full: size of the experiment
@@ -191,43 +191,12 @@ print(
 # with $\alpha = 1$ they vanish. The mixture must be formed from *probabilities* (a
 # convex combination of two distributions), not from log-probabilities.
 #
-# **The bounded gradient.** Differentiating Eq. 3 with respect to the student's
-# probabilities, with $m = \alpha p + (1-\alpha) q$:
-#
-# $$\frac{\partial D_{\mathrm{SKL}}}{\partial q_v} = -\frac{(1-\alpha)\, p_v}{\alpha p_v + (1-\alpha) q_v},
-# \qquad \Big|\frac{\partial D_{\mathrm{SKL}}}{\partial q_v}\Big| \le \frac{1-\alpha}{\alpha}, \tag{5}$$
-#
-# because $m_v \ge \alpha p_v$. For the forward KL the same derivative is $-p_v/q_v$,
-# unbounded as the student's $q_v \to 0$ on a teacher mode ($\alpha = 0.1$ caps SKL's
-# at 9). Through the softmax, the gradient with respect to the student's *logits* is
-#
-# $$\frac{\partial D_{\mathrm{SKL}}}{\partial z_k} = -(1-\alpha)\, q_k\Big(\frac{p_k}{m_k}
-#   - \sum_v q_v \frac{p_v}{m_v}\Big), \tag{6}$$
-#
-# our derivation. For forward KL ($\alpha = 0$) this is $q_k - p_k$: already bounded
-# by 1. Where the student badly under-covers a teacher token ($q_k \ll \alpha p_k$),
-# Eq. 6 pushes with about $(1-\alpha) q_k / \alpha$ instead of forward KL's $p_k$: the
-# skew buys stability with *smaller* steps on exactly the tokens the student misses.
-# This is the key to what we will see below.
-#
-# **Adaptive off-policy student-generated outputs (SGO).** Each training step draws
-# $r \sim U(0, 1)$ and, with $\varphi$ the current SGO probability, step $s$ of $S$,
-#
-# $$\text{source} = \begin{cases}
-#   \text{generate from } q_\theta\ (\text{and push to the buffer}) & r < \varphi\,(1 - s/S)
-#     \ \text{ or }\ (r < \varphi \text{ and the buffer is not full}),\\
-#   \text{replay a batch from the buffer} & \text{else if } r < \varphi,\\
-#   \text{ground truth} & \text{otherwise.}\end{cases} \tag{7}$$
-#
-# At every evaluation the student's validation loss $L$ is compared with a reference
-# $L_{\mathrm{prev}}$ (the first evaluation's loss at the start):
-#
-# $$\text{if } L \ge L_{\mathrm{prev}} + \varepsilon:\quad \varphi \leftarrow \min(\varphi + 0.1,\ 1),
-#   \quad L_{\mathrm{prev}} \leftarrow L. \tag{8}$$
-#
-# The reference only moves when $\varphi$ rises (as in the authors' recipe): a
-# student whose validation loss starts to climb is getting exposure-bias trouble and is
-# given more of its own samples.
+# **The bounded gradient and the adaptive schedule.** Because the mixture is never
+# smaller than $\alpha$ times the teacher, the gradient of Eq. 3 with respect to the
+# student's probabilities is bounded by $(1-\alpha)/\alpha$ (Eq. 5, derived next to the
+# code that checks it). The adaptive off-policy scheme (Eqs. 7–8, next to the code that
+# runs them) trains on the student's own samples with a probability $\varphi$ that rises
+# whenever the student's validation loss rises.
 
 # %% [markdown]
 # ## From scratch
@@ -276,6 +245,25 @@ def masked_mean(x, mask):
 
 # %% [markdown]
 # ### The gradient in probability space (Eq. 5)
+#
+# **The bounded gradient.** Differentiating Eq. 3 with respect to the student's
+# probabilities, with $m = \alpha p + (1-\alpha) q$:
+#
+# $$\frac{\partial D_{\mathrm{SKL}}}{\partial q_v} = -\frac{(1-\alpha)\, p_v}{\alpha p_v + (1-\alpha) q_v},
+# \qquad \Big|\frac{\partial D_{\mathrm{SKL}}}{\partial q_v}\Big| \le \frac{1-\alpha}{\alpha}, \tag{5}$$
+#
+# because $m_v \ge \alpha p_v$. For the forward KL the same derivative is $-p_v/q_v$,
+# unbounded as the student's $q_v \to 0$ on a teacher mode ($\alpha = 0.1$ caps SKL's
+# at 9). Through the softmax, the gradient with respect to the student's *logits* is
+#
+# $$\frac{\partial D_{\mathrm{SKL}}}{\partial z_k} = -(1-\alpha)\, q_k\Big(\frac{p_k}{m_k}
+#   - \sum_v q_v \frac{p_v}{m_v}\Big), \tag{6}$$
+#
+# our derivation. For forward KL ($\alpha = 0$) this is $q_k - p_k$: already bounded
+# by 1. Where the student badly under-covers a teacher token ($q_k \ll \alpha p_k$),
+# Eq. 6 pushes with about $(1-\alpha) q_k / \alpha$ instead of forward KL's $p_k$: the
+# skew buys stability with *smaller* steps on exactly the tokens the student misses.
+# This is the key to what we will see below.
 #
 # To look at Eq. 5 we need the loss as a function of the probability vector $q$ itself
 # (not of logits). `skl_probs` is Eq. 3 written on probabilities; autograd gives its
@@ -373,10 +361,10 @@ class NoisyTeacher(nn.Module):
     """Eq. 9: the teacher's distribution mixed with fresh random peaks; returns
     log-probs."""
 
-    def __init__(self, teacher, eta, seed):
+    def __init__(self, teacher, eta, gen):
         super().__init__()
         self.teacher, self.eta = teacher, eta
-        self.gen = torch.Generator().manual_seed(seed)
+        self.gen = gen  # a torch Generator: the stream of the spurious peaks
 
     def forward(self, idx):
         p = self.teacher(idx).softmax(-1)
@@ -386,6 +374,25 @@ class NoisyTeacher(nn.Module):
 
 # %% [markdown]
 # ### Distillation with four data regimes (Eqs. 7–8)
+#
+# **Adaptive off-policy student-generated outputs (SGO).** Each training step draws
+# $r \sim U(0, 1)$ and, with $\varphi$ the current SGO probability, step $s$ of $S$,
+#
+# $$\text{source} = \begin{cases}
+#   \text{generate from } q_\theta\ (\text{and push to the buffer}) & r < \varphi\,(1 - s/S)
+#     \ \text{ or }\ (r < \varphi \text{ and the buffer is not full}),\\
+#   \text{replay a batch from the buffer} & \text{else if } r < \varphi,\\
+#   \text{ground truth} & \text{otherwise.}\end{cases} \tag{7}$$
+#
+# At every evaluation the student's validation loss $L$ is compared with a reference
+# $L_{\mathrm{prev}}$ (the first evaluation's loss at the start):
+#
+# $$\text{if } L \ge L_{\mathrm{prev}} + \varepsilon:\quad \varphi \leftarrow \min(\varphi + 0.1,\ 1),
+#   \quad L_{\mathrm{prev}} \leftarrow L. \tag{8}$$
+#
+# The reference only moves when $\varphi$ rises (as in the authors' recipe): a
+# student whose validation loss starts to climb is getting exposure-bias trouble and is
+# given more of its own samples.
 #
 # `choose_source` is Eq. 7 and `update_phi` is Eq. 8, as pure functions. `distill`
 # trains a student from its current weights for `steps` AdamW steps (cosine decay,
@@ -444,6 +451,7 @@ def heldout_nll(model, val):
     return float(lm_loss(model, val, response_mask(len(val))))
 
 
+# %%
 def distill(
     student,
     teacher,
@@ -455,7 +463,8 @@ def distill(
     pool,
     val,
     val_teacher_logits,
-    seed,
+    rng,
+    gen,
     lr,
     phi0=0.5,
     eps=0.01,
@@ -464,9 +473,9 @@ def distill(
     batch=BATCH,
     choose=choose_source,
 ):
-    """Distil teacher into student (in place); returns the history of the run."""
-    rng = random.Random(seed)
-    gen = torch.Generator().manual_seed(seed)
+    """Distil teacher into student (in place); returns the history of the run. rng (a
+    random.Random) draws the batches and Eq. 7's r, gen (a torch Generator) the samples.
+    """
     # torch.optim.AdamW's arithmetic, without its 2-3 s first-use import
     opt = icmlbook.Adam(student.parameters(), lr=lr, decoupled=True)
     mask = response_mask(batch)
@@ -541,10 +550,9 @@ def words_of(row):
 
 
 @torch.no_grad()
-def sample_quality(student, teacher, prompts, seed):
-    """Teacher NLL of student samples, grammatical fraction, distinct fraction, samples.
-    """
-    gen = torch.Generator().manual_seed(seed)
+def sample_quality(student, teacher, prompts, gen):
+    """Teacher NLL of student samples, grammatical fraction, distinct fraction, samples
+    (drawn with the torch Generator gen)."""
     x = generate(student, prompts, RESP_LEN, generator=gen)
     t_logp = teacher(x[:, :-1]).log_softmax(-1).gather(-1, x[:, 1:, None]).squeeze(-1)
     nll = float(masked_mean(-t_logp, response_mask(len(x))))
@@ -566,8 +574,20 @@ def sample_quality(student, teacher, prompts, seed):
 # distillation run below. The held-out set and the sampling prompts are fixed.
 
 # %%
-data_rng = random.Random(seed)
+def py_rng(name):
+    """A Python random.Random on the named stream (the toy grammar draws from one)."""
+    return random.Random(run.stream_seed(name))
+
+
+def distill_streams():
+    """The batches and samples of a distillation run: the same stream for every run
+    it is compared with, so that compared runs see the same batches."""
+    return dict(rng=py_rng("distill batches"), gen=run.generator("distill samples"))
+
+
+data_rng = py_rng("data")
 pool = make_pool(cfg.n_pool, data_rng)
+run.reseed("init")  # the models' weights are drawn from torch's global generator
 teacher = make_model(48, 2, 4)
 teacher_losses = fit_lm(teacher, lambda s: sample_batch(pool, BATCH, data_rng),
                         cfg.teacher_steps, lr=3e-3, desc="teacher")
@@ -581,11 +601,11 @@ sft_losses = fit_lm(
 )
 sft_state = copy.deepcopy(student.state_dict())
 
-val = make_pool(cfg.n_val, random.Random(10_000 + seed))
+val = make_pool(cfg.n_val, py_rng("validation"))
 with torch.no_grad():
     val_teacher_logits = teacher(val[:, :-1])
-prompts = make_pool(cfg.n_samples, random.Random(20_000 + seed))[:, : 1 + PROMPT_LEN]
-teacher_q = sample_quality(teacher, teacher, prompts, seed)
+prompts = make_pool(cfg.n_samples, py_rng("prompts"))[:, : 1 + PROMPT_LEN]
+teacher_q = sample_quality(teacher, teacher, prompts, run.generator("teacher samples"))
 sft_kl = heldout_kl(student, val, val_teacher_logits)
 print(
     f"teacher: {teacher.n_params()} parameters, held-out NLL "
@@ -674,7 +694,7 @@ def compare_losses(lr, desc):
             pool=pool,
             val=val,
             val_teacher_logits=val_teacher_logits,
-            seed=seed + 1,
+            **distill_streams(),
             lr=lr,
             eval_every=cfg.eval_every,
         )
@@ -717,17 +737,16 @@ run.metric("final_kl", final_kl)
 run.metric("final_kl_fast_lr", fast_kl)
 
 # %% [markdown]
-# At the chapter's step size SKL ends clearly below reverse KL and close to forward KL
-# (within about 20% either way, depending on the seed); SRKL ends below reverse KL in
-# most seeds but not all. With the larger step size every loss gets much further, and
-# forward KL wins clearly: the skew caps the push on under-covered tokens (Eq. 6), which
-# is a brake, not an accelerator, when nothing is unstable. Our tiny student, a 38-word
-# vocabulary, exact fp32 teacher probabilities and gradient clipping leave nothing for
-# the bound to fix: forward KL's gradient with respect to the *logits* is $q - p$, bounded
-# anyway. (In trial runs at step sizes $3\cdot10^{-2}$ and $10^{-1}$, forward KL still
-# ended best, at KL 0.01–0.05, while the skewed losses ended 10–100 times higher, once
-# above where they started.) The paper's "SKL converges faster than KL" does **not**
-# reproduce here, and we do not claim it.
+# At the chapter's step size SKL ends below reverse KL and close to forward KL, on
+# either side of it depending on the seed; SRKL ends a little below reverse KL on most
+# seeds, not on all (a finding below). With the larger step size every loss gets much
+# further, and forward KL ends lowest: the skew caps the push on under-covered tokens
+# (Eq. 6), which is a brake, not an accelerator, when nothing is unstable. Our tiny
+# student, a 38-word vocabulary, exact fp32 teacher probabilities and gradient clipping
+# leave nothing for the bound to fix: forward KL's gradient with respect to the *logits*
+# is $q - p$, bounded anyway (trial runs at still larger step sizes, not part of this
+# run, told the same story). The paper's "SKL converges faster than KL" does **not**
+# reproduce here: it is recorded as a finding, not claimed.
 #
 # ### Part A, continued: where the bound bites
 #
@@ -744,7 +763,7 @@ for kind in icmlbook.progress(LOSSES, desc="noisy teacher"):
     s.load_state_dict(sft_state)
     noisy_hists[kind] = distill(
         s,
-        NoisyTeacher(teacher, teacher_noise, seed + 6),
+        NoisyTeacher(teacher, teacher_noise, run.generator("teacher noise")),
         kind=kind,
         alpha=alpha,
         steps=cfg.steps,
@@ -752,11 +771,13 @@ for kind in icmlbook.progress(LOSSES, desc="noisy teacher"):
         pool=pool,
         val=val,
         val_teacher_logits=val_teacher_logits,
-        seed=seed + 1,
+        **distill_streams(),
         lr=cfg.fast_lr,
         eval_every=cfg.eval_every,
     )
-    noisy_quality[kind] = sample_quality(s, teacher, prompts, seed + 3)
+    noisy_quality[kind] = sample_quality(
+        s, teacher, prompts, run.generator("student samples")
+    )
 noisy_kl = {k: h["kl"][-1] for k, h in noisy_hists.items()}
 
 fig, ax = plt.subplots(figsize=(5, 3))
@@ -792,13 +813,14 @@ run.metric("gen_nll_noisy_teacher", {k: q["gen_nll"] for k, q in noisy_quality.i
 # on tokens the student rates unlikely (Eq. 5–6), so each batch's random peaks barely
 # move it, and it ends far below forward KL's held-out KL (the ratio is claim 1 below).
 # SKL is not the most robust loss, though: the mode-seeking losses (RKL, SRKL) are
-# robust too, for a simpler reason (they weigh the log-ratio by the student's mass, so teacher
-# peaks where the student has none hardly pull at all), and they end as low as SKL or
-# lower (SKL against the best of the other three is printed with the claims). The bound
-# is a robustness property: it pays off when the target is noisy (the paper's setting
-# has a 1.5B teacher on long generated sequences, mixed precision and a 50k vocabulary)
-# and costs speed when the target is clean. Uniform noise ($\xi = 0$) would not show this: it only smooths the
-# target, and every loss covers it alike.
+# robust too, for a simpler reason (they weigh the log-ratio by the student's mass, so
+# teacher peaks where the student has none hardly pull at all), and on most seeds they
+# end as low as SKL or lower (SKL against the best of the other three is a finding,
+# printed with the claims). The bound is a robustness property: it pays off when the
+# target is noisy (the paper's setting has a 1.5B teacher on long generated sequences,
+# mixed precision and a 50k vocabulary) and costs speed when the target is clean.
+# Uniform noise ($\xi = 0$) would not show this: it only smooths the target, and every
+# loss covers it alike.
 
 # %% [markdown]
 # ### Part B: when the validation loss rises (Eqs. 7–8)
@@ -813,9 +835,10 @@ run.metric("gen_nll_noisy_teacher", {k: q["gen_nll"] for k, q in noisy_quality.i
 # the large pool), trained at the larger step size. Fitting the teacher on the same
 # few prefixes over and over, the student's validation loss climbs within the first
 # evaluations. We use the GPT-2 recipe's $\varphi_0$ = `phi0` = 0 and a smaller
-# $\varepsilon$ = `loss_eps` = 0.02 (the recipe's 0.1 was used until the run over seeds
-# 0–9, where on seed 6 the validation loss rose by only 0.065 and Eq. 8 never fired),
-# and compare three regimes with SKL from the same
+# $\varepsilon$ = `loss_eps` = 0.02 (the recipe's 0.1 was used in an earlier version of
+# this chapter until, on one seed, the validation loss rose by less than 0.1 and Eq. 8
+# never fired; the claim that rests on it is therefore marked as changed after a
+# failure), and compare three regimes with SKL from the same
 # student: the **fixed** schedule ($\varphi$ held at $\varphi_0$: Eq. 8 switched off,
 # the ablation), **adaptive** (Eqs. 7–8), and **on-policy** (a fresh student sample
 # every step, the GKD-style baseline whose cost the paper sets out to cut). We count
@@ -844,7 +867,7 @@ for regime in icmlbook.progress(REGIMES, desc="regimes"):
         pool=small_set,
         val=val,
         val_teacher_logits=val_teacher_logits,
-        seed=seed + 1,
+        **distill_streams(),
         lr=cfg.fast_lr,
         phi0=phi0,
         eps=loss_eps,
@@ -853,7 +876,8 @@ for regime in icmlbook.progress(REGIMES, desc="regimes"):
         batch=N_SMALL,
     )
     regime_students[regime] = s
-regime_quality = {r: sample_quality(s, teacher, prompts, seed + 2)
+regime_quality = {r: sample_quality(s, teacher, prompts,
+                                    run.generator("student samples"))
                   for r, s in regime_students.items()}
 
 print(
@@ -934,18 +958,19 @@ plt.show()
 # %% [markdown]
 # Left: without Eq. 8 (the fixed schedule, green) the validation loss jumps in the first
 # evaluations and never comes back; the adaptive run sees the same jump, raises
-# $\varphi$ by 0.1 (Eq. 8), and from then on about one step in ten trains on the
-# student's own samples, scored by the teacher: fresh ones while the buffer fills and
-# with probability $\varphi(1 - s/S)$ after that, otherwise a batch replayed from the
-# buffer (the counts by source are printed above). Those samples are new prefixes the
-# small set does not contain, and the held-out KL (middle) falls to a fraction of the
-# fixed schedule's (purple against green). On-policy distillation (grey), sampling at
-# every step, ends lower still:
-# at our scale the adaptive rule recovers part of on-policy's gain (the share is printed
-# above), not all of it, at a fraction of its sampling cost (right: sampling dominates
-# the on-policy run, sixteen tokens one forward pass at a time, no KV cache). The paper
+# $\varphi$ by 0.1 (Eq. 8), and from then on a share of the steps about $\varphi$ trains
+# on the student's own samples, scored by the teacher: fresh ones while the buffer fills
+# and with probability $\varphi(1 - s/S)$ after that, otherwise a batch replayed from
+# the buffer (the counts by source are printed above). Those samples are new prefixes
+# the small set does not contain, and the held-out KL (middle) falls to a fraction of
+# the fixed schedule's (purple against green). On-policy distillation (grey), sampling
+# at every step, ends lower still on this seed and on most others: at our scale the
+# adaptive rule usually recovers part of on-policy's gain (the share is printed above),
+# not all of it, at a fraction of its sampling cost (right: sampling dominates the
+# on-policy run, sixteen tokens one forward pass at a time, no KV cache). The paper
 # reports the adaptive scheme *matching or beating* on-policy quality; here it is
-# cheaper and clearly better than its ablation, but not as good as on-policy.
+# cheaper and better than its ablation, but on most seeds not as good as on-policy (a
+# finding, with its values over the seeds below).
 
 
 # %% [markdown]
@@ -961,7 +986,8 @@ plt.show()
 # write the same words; differences come from the students alone.
 
 # %%
-mode_quality = {k: sample_quality(fast_students[k], teacher, prompts, seed + 3)
+mode_quality = {k: sample_quality(fast_students[k], teacher, prompts,
+                                     run.generator("student samples"))
                 for k in LOSSES}
 for kind in ("FKL", "RKL"):
     qd = mode_quality[kind]
@@ -983,8 +1009,14 @@ run.metric("mode_distinct", {k: q["distinct"] for k, q in mode_quality.items()})
 # %% [markdown]
 # ## Claim checks
 #
-# Thresholds were fixed on trial runs of this implementation (seeds 0–4) before the
-# runs over seeds 0–9, for the default tier; the smoke tier records them only.
+# Thresholds were calibrated on trial runs and on seeds 0–9 of the previous version of
+# this chapter (before its random numbers came from named streams) and kept unchanged
+# for the runs over seeds 0–19 of this version, at the default tier; the smoke tier
+# records them only. Each claim states its strength (all three are superiority) and
+# where its threshold came from; the second is marked *changed after a failure*
+# ($\varepsilon$ above). The paper's verdict follows the book's rule
+# (`icmlbook.verdicts`): a headline is reproduced only when its claims hold at full
+# strength and its findings go the paper's way.
 #
 # **Paper claims.**
 #
@@ -1004,20 +1036,22 @@ run.metric("mode_distinct", {k: q["distinct"] for k, q in mode_quality.items()})
 # is $p_v/q_v = 5\cdot10^5$ (arithmetic); and the premise of Part B: without Eq. 8 the
 # validation loss does rise by at least the paper's $\varepsilon$.
 #
-# **Reported, not claimed** (they do not hold at our scale, or not on every seed):
-# SKL against the *strongest* of the other three losses, each at the same step size
-# (forward KL with a clean teacher, a mode-seeking loss with the noisy one); SKL against
-# reverse KL with a clean teacher (SKL lower at the chapter's step size, but reverse KL
-# is not the strongest baseline); SRKL against reverse KL; and the adaptive run's
-# quality against on-policy's. All are printed below and recorded in the run's metrics.
+# **Findings** (recorded in the paper's direction, never enforced; they do not hold at
+# our scale, or not on every seed): with a clean teacher at the larger step size, SKL
+# against forward KL; with the noisy teacher, SKL against the *strongest* of the other
+# three losses; SRKL against reverse KL; and the adaptive run's held-out KL against
+# on-policy's. Two headlines group them: the skew KL (claim 1 and the first three
+# findings) and the adaptive off-policy scheme (claims 2 and 3 and the last finding).
 
 # %% tags=["thresholds"]
-# noisy teacher, KL(SKL) / KL(FKL); earlier runs on seeds 0-9: about 0.38-0.46
+# the paper's verdict follows icmlbook.verdicts' rule, fixed before the final sweep
+# noisy teacher, KL(SKL) / KL(FKL); calibrated: trial runs 0.38-0.46, then 0.45-0.48
+# on seeds 0-9 (streams of the previous version)
 C_NOISY_SKL_VS_FKL = 0.7
-# Part B, KL(adaptive) / KL(fixed phi); trial runs: 0.40-0.74 on seeds 0-4 with a
-# 256-sequence buffer, 0.50-0.73 on seeds 0-2 with the 64 used here
+# Part B, KL(adaptive) / KL(fixed phi); changed after failure: trial runs 0.40-0.74,
+# then on seed 6 Eq. 8 never fired at eps 0.1 and eps became 0.02 (loss_eps)
 C_ADAPTIVE_VS_FIXED = 0.9
-# Part B, on-policy / adaptive training CPU time; trial runs seeds 0-2: 2.6-3.1, then
+# Part B, on-policy / adaptive training CPU time; calibrated: trial runs 2.6-3.1, then
 # 2.26 at seed 0 under heavier load (on-policy / fixed caps it near 2.6): set to 1.5
 C_SPEEDUP = 1.5
 # max |dSKL/dq| / ((1-alpha)/alpha): the bound of Eq. 5, up to float64 rounding
@@ -1048,6 +1082,8 @@ run.claim(
     "the skew makes forward KL robust to a teacher's confident random mistakes",
     versus="ablation",
     against="forward KL, i.e. SKL with alpha = 0 (same data, steps, step size)",
+    strength="superiority",
+    provenance="calibrated",
 )
 run.claim(
     "small set: KL(adaptive) / KL(fixed phi)",
@@ -1057,6 +1093,8 @@ run.claim(
     "raising phi when the validation loss rises (Eq. 8) gives a better student",
     versus="ablation",
     against="the same schedule with phi held at phi0 (Eq. 8 off)",
+    strength="superiority",
+    provenance="changed after failure",
 )
 run.claim(
     "small set: on-policy / adaptive seconds",
@@ -1066,6 +1104,8 @@ run.claim(
     "adaptive off-policy SGO trains at least 1.5x as fast as on-policy SGO",
     versus="baseline",
     against="on-policy SGO (GKD-style: a student sample every step), same data, steps",
+    strength="superiority",
+    provenance="calibrated",
 )
 run.check("SKL grad / (1-alpha)/alpha", skl_bound_ratio, "<=", C_GRAD_BOUND,
           "the skew KL gradient w.r.t. q is within (1-alpha)/alpha (Eq. 5)", digits=7)
@@ -1075,6 +1115,63 @@ run.check("FKL grad at q=1e-6", fkl_toy, ">=", C_FKL_UNBOUNDED,
           "forward KL's gradient w.r.t. q is p/q, unbounded as q -> 0")
 run.check("fixed phi: validation-loss rise", val_rise, ">=", C_VAL_RISE,
           "Part B's premise: without Eq. 8 the validation loss rises by at least eps")
+
+# %%
+run.finding(
+    "clean teacher, larger step: KL(SKL) / KL(FKL)",
+    fast_kl["SKL"] / fast_kl["FKL"],
+    "<=",
+    1.0,
+    paper="SKL converges faster than KL and ends at least as good",
+    shows="with a clean teacher forward KL ends lower: the skew brakes (Eq. 6)",
+)
+run.finding(
+    "noisy teacher: KL(SKL) / KL(best other loss)",
+    noisy_kl["SKL"] / noisy_kl[best_other],
+    "<=",
+    1.0,
+    paper="SKL/SRKL outperform the other divergences (KL, RKL)",
+    shows="a mode-seeking loss (RKL or SRKL) ends as low as SKL or lower",
+)
+run.finding(
+    "clean teacher: KL(SRKL) / KL(RKL)",
+    final_kl["SRKL"] / final_kl["RKL"],
+    "<=",
+    1.0,
+    paper="SRKL improves on RKL",
+    shows="SRKL against RKL goes either way from seed to seed",
+)
+run.finding(
+    "small set: KL(adaptive) / KL(on-policy)",
+    b_kl["adaptive"] / b_kl["on-policy"],
+    "<=",
+    1.0,
+    paper="adaptive off-policy SGO matches or beats on-policy quality at lower cost",
+    shows="on-policy SGO ends with the better student at this scale",
+)
+run.headline(
+    "skew KL",
+    "the skew KL divergence has a bounded gradient and gives more stable, faster "
+    "optimisation and better students than KL and RKL",
+    source="Sec. 3.1",
+    claims=["noisy teacher: KL(SKL) / KL(FKL)"],
+    findings=[
+        "clean teacher, larger step: KL(SKL) / KL(FKL)",
+        "noisy teacher: KL(SKL) / KL(best other loss)",
+        "clean teacher: KL(SRKL) / KL(RKL)",
+    ],
+)
+run.headline(
+    "adaptive off-policy SGO",
+    "the adaptive off-policy approach uses student-generated outputs efficiently: "
+    "high-performing students with up to 4.3x speedup compared to recent KD methods",
+    source="Abstract; Sec. 3.2",
+    claims=[
+        "small set: KL(adaptive) / KL(fixed phi)",
+        "small set: on-policy / adaptive seconds",
+    ],
+    findings=["small set: KL(adaptive) / KL(on-policy)"],
+)
 run.metric("noisy_skl_over_best_other", noisy_kl["SKL"] / noisy_kl[best_other])
 run.metric("skl_over_rkl", final_kl["SKL"] / final_kl["RKL"])
 run.metric("srkl_over_rkl", final_kl["SRKL"] / final_kl["RKL"])
@@ -1089,9 +1186,11 @@ run.verdict()
 # ## Across seeds
 #
 # One run is one seed. The table and strip plot below read this chapter's results
-# file, made by `icmlbook sweep 08 --seeds 0-9 --update-results`: every claim and check
-# over seeds 0–9 at the default tier, with the number of seeds on which it holds and
-# its worst margin (how far inside the threshold the worst seed stayed).
+# file, made by `icmlbook sweep 08 --seeds 0-19 --update-results`: every claim, check
+# and finding over seeds 0–19 at the default tier (the thresholds were fixed before
+# these runs), with the number of seeds on which it holds and its worst margin (how far
+# inside the threshold the worst seed stayed); the paper's verdict over the seeds
+# follows the same rule as a single run's.
 
 # %%
 across = icmlbook.across_seeds(run)
@@ -1151,7 +1250,7 @@ def widget_run(alpha_w, kind, target="clean"):
         t = (
             teacher
             if target == "clean"
-            else NoisyTeacher(teacher, teacher_noise, seed + 6)
+            else NoisyTeacher(teacher, teacher_noise, run.generator("teacher noise"))
         )
         h = distill(
             s,
@@ -1163,11 +1262,12 @@ def widget_run(alpha_w, kind, target="clean"):
             pool=pool,
             val=val,
             val_teacher_logits=val_teacher_logits,
-            seed=seed + 4,
+            **distill_streams(),
             lr=cfg.fast_lr,
             eval_every=max(1, cfg.widget_steps // 5),
         )
-        widget_cache[key] = (h, sample_quality(s, teacher, widget_prompts, seed + 5))
+        widget_cache[key] = (h, sample_quality(
+            s, teacher, widget_prompts, run.generator("student samples")))
     return widget_cache[key]
 
 
@@ -1220,10 +1320,21 @@ icmlbook.explore(update, controls, run=run)
 # | data | Dolly-15k instructions, five evaluation sets, ROUGE-L | the book's toy review language, exact KL and teacher NLL of samples; Part B distils on 8 sequences |
 # | losses | SKL/SRKL ($\alpha = 0.1$) vs KL, RKL, JSD, TVD | SKL/SRKL vs KL, RKL, from scratch (Eqs. 1–4) |
 # | bounded gradient | proved | checked numerically on real distributions (checks) |
-# | SKL vs KL | faster convergence, more stable | faster: **not reproduced** with a clean teacher (forward KL ends lower at the larger step size); more robust: yes, with a noisy teacher of our own construction, at most 0.7 times forward KL's held-out KL (claim 1) |
-# | SKL/SRKL vs the other losses | better | **not reproduced** against the strongest: with the noisy teacher RKL or SRKL ends as low as SKL or lower; SRKL vs RKL goes either way (reported) |
+# | SKL vs KL | faster convergence, more stable | faster: **not reproduced** with a clean teacher (forward KL ends lower at the larger step size; a finding); more robust: yes, with a noisy teacher of our own construction, at most 0.7 times forward KL's held-out KL (claim 1) |
+# | SKL/SRKL vs the other losses | better | **not reproduced** against the strongest: with the noisy teacher RKL or SRKL ends as low as SKL or lower on most seeds; SRKL ends a little below RKL on most seeds, not all (findings) |
 # | adaptive SGO scheduler (Eq. 8) | raises $\varphi$ when validation loss rises; $\varphi_0 = 0$, $\varepsilon = 0.1$ for GPT-2 | same rule, $\varphi_0 = 0$, $\varepsilon = 0.02$; on the large set it never fires, on the small set it fires and the student ends at most 0.9 times the fixed schedule's held-out KL (claim 2) |
-# | adaptive vs on-policy | on-policy quality or better, up to 4.3x faster | at least 1.5x less training CPU time than on-policy (claim 3); on-policy ends with the better student here (reported) |
+# | adaptive vs on-policy | on-policy quality or better, up to 4.3x faster | at least 1.5x less training CPU time than on-policy (claim 3); on-policy ends with the better student on most seeds (**not reproduced**; a finding) |
+#
+# **Paper coverage.**
+#
+# | the paper's main text | here |
+# |---|---|
+# | the skew KL's bounded gradient (Sec. 3.1, proved) | tested: checks (Eq. 5 against autograd, the bound on real distributions) |
+# | SKL/SRKL against KL/RKL: stability and convergence (Sec. 3.1, its figures) | tested: claim 1 (noisy teacher, against the ablation $\alpha = 0$); findings (clean teacher against forward KL, SRKL against RKL) |
+# | the losses compared on instruction following (main results table, ROUGE-L on five sets) | stood in for: held-out KL on the toy language; finding (SKL against the strongest other loss); JSD and TVD out of scope |
+# | adaptive off-policy SGO against its ablations (Sec. 3.2, analysis section) | tested: claim 2 (Eq. 8 against the fixed schedule) |
+# | training time against on-policy methods (up to 4.3x, abstract) | tested: claim 3 (CPU time against on-policy SGO); finding (quality against on-policy) |
+# | larger teachers (OPT, OpenLLaMA), other tasks, LoRA | out of scope: laptop-CPU scale |
 #
 # Honest notes. The noisy teacher of Eq. 9 and the eight-sequence distillation set are
 # our constructions, to put the paper's two mechanisms where they have something to act
@@ -1236,9 +1347,10 @@ icmlbook.explore(update, controls, run=run)
 # set, and runs at the larger step size, where its samples are mostly grammatical.
 # Training time is the process's CPU time, with sampling measured separately; our
 # sampler has no KV cache, which makes sampling dearer than in the paper's setting and
-# the speedup larger. The speedup bar was lowered from 2 to 1.5 before the runs over
-# seeds 0–9, when one run on a busier machine measured 2.26: CPU time is not immune to
-# other jobs' load, and the ratio of on-policy to the fixed schedule caps it near 2.6.
+# the speedup larger. The speedup bar was lowered from 2 to 1.5 before the first runs
+# over many seeds, when one trial run on a busier machine came close to the bar: CPU
+# time is not immune to other jobs' load, and the ratio of on-policy to the fixed
+# schedule caps it.
 #
 # A claim that the adaptive run keeps on-policy's generation quality within 5%, once
 # made on the large pool with $\varphi_0 = 0.5$ (where Eq. 8 never fired), failed on a
@@ -1246,20 +1358,128 @@ icmlbook.explore(update, controls, run=run)
 
 # %% [markdown]
 # ## Exercises
-#
-# 1. **Cold start.** Distil from a randomly initialised student instead of the SFT
-#    one. Show that SKL is now much slower than forward KL, and explain it with Eq. 6:
-#    what is the push on a token with $q_k \approx 1/V$ and $p_k = 0.9$?
-# 2. **How much noise?** Sweep the noisy teacher's $\eta$ from 0 to 0.5 and the skew
-#    $\alpha$ from 0.01 to 0.5, and find where SKL starts to beat forward KL. Does the
-#    crossover move with $\alpha$ the way Eq. 6 suggests? What happens with uniform
-#    noise?
-# 3. **Start above zero.** Rerun Part B with $\varphi_0 = 0.2$ (the authors' OpenLLaMA
-#    setting) and with $\varepsilon = 0.01$. How many generation calls does each regime
-#    make, and how much of on-policy's gain does the adaptive run now recover? Then
-#    grow the small set to 32 and 128 sequences: when does the validation loss stop
-#    rising, and what is left of Eq. 8's effect?
-#
+
+# %% [markdown] tags=["exercise"]
+# 1. **Cold start.** A student distilled from a random initialisation gives every token
+#    about the same probability, $q_k \approx 1/V$. Take a position where the teacher puts
+#    $p_k = 0.9$ on one token and spreads the rest evenly. With Eq. 6, compare the push on
+#    that token's logit under SKL ($\alpha = 0.1$) with forward KL's $p_k - q_k$, and say
+#    what it predicts for SKL from a cold start.
+
+# %% [markdown] tags=["solution"]
+# :::{dropdown} Solution to exercise 1
+# With $q$ uniform, $q_k = 1/V$ is smaller than $\alpha p_k$, so the mixture
+# $m_k = \alpha p_k + (1-\alpha) q_k$ is dominated by the teacher's share. Eq. 6 then
+# gives a push of about $(1-\alpha)\, q_k\,(p_k/m_k - \sum_v q_v p_v/m_v)$: proportional
+# to the student's own small $q_k$, where forward KL pushes with $p_k - q_k$, almost the
+# full $p_k$. The cell below computes both pushes with autograd on the chapter's
+# `skew_kl_logits` (Eqs. 3-4 on logits) and prints their ratio: SKL's push is a
+# fraction of forward KL's. From a cold start every teacher mode is under-covered, so the
+# skew brakes everywhere and SKL is slow at first; the SFT start of the chapter avoids
+# exactly this.
+# :::
+
+# %% tags=["solution", "hide-cell"]
+def logit_push(alpha_x, V=len(TOK), p_top=0.9):
+    """|dD/dz_k| on the teacher's top token for a uniform student (Eq. 6)."""
+    p = torch.full((V,), (1 - p_top) / (V - 1), dtype=torch.float64)
+    p[0] = p_top
+    z = torch.zeros(V, dtype=torch.float64, requires_grad=True)  # uniform student
+    skew_kl_logits(p.log(), z, alpha_x).backward()
+    return float(z.grad[0].abs())
+
+
+push_skl, push_fkl = logit_push(alpha), logit_push(0.0)
+print(f"V = {len(TOK)}: push on the top token, SKL {push_skl:.4f}, forward KL "
+      f"{push_fkl:.4f} (p_k - q_k = {0.9 - 1 / len(TOK):.4f})")
+# a push below forward KL's (ratio < 1) is the brake Eq. 6 predicts
+S_BRAKE = 1.0
+icmlbook.solution_check("SKL's push / forward KL's push from a cold start",
+                        push_skl / push_fkl, "<", S_BRAKE)
+
+# %% [markdown] tags=["exercise"]
+# 2. **How much noise?** A spurious peak of the noisy teacher (Eq. 9) puts a mass of
+#    about $\eta/2$ on a token the student rates at $q_v = 10^{-3}$. Forward KL pushes
+#    $q_v$ with $p_v/q_v$ (Eq. 5 at $\alpha = 0$); SKL's push is capped at
+#    $(1-\alpha)/\alpha$. Above which $\eta$ does forward KL's push exceed SKL's cap, for
+#    $\alpha = 0.01, 0.1, 0.5$? Derive it, check it on a grid of $\eta$, and say how the
+#    crossover moves with $\alpha$.
+
+# %% [markdown] tags=["solution"]
+# :::{dropdown} Solution to exercise 2
+# Forward KL's push is $\eta / (2 q_v)$ and exceeds the cap when
+# $$\frac{\eta}{2 q_v} > \frac{1-\alpha}{\alpha} \iff \eta > \eta^* = 2 q_v\,\frac{1-\alpha}{\alpha}.$$
+# The crossover falls as $\alpha$ grows, because the cap does: a small skew has a high
+# cap and acts only on large mistakes, a large skew caps even small pushes (and, by
+# Eq. 6, brakes learning on the clean tokens too). The cell finds $\eta^*$ on a grid of
+# $\eta$, with the cap from the chapter's `skl_grad_formula` (Eq. 5 as $q_v \to 0$),
+# and checks it against the closed form. At the chapter's `teacher_noise` forward KL's
+# push exceeds the cap of every $\alpha$ listed.
+# :::
+
+# %% tags=["solution", "hide-cell"]
+q_v = 1e-3
+etas = np.linspace(0.0, 1.0, 100_001)
+grid_err = 0.0
+for a in (0.01, 0.1, 0.5):
+    cap = float(skl_grad_formula(torch.tensor(1.0), torch.tensor(0.0), a).abs())
+    fkl_push = etas / 2 / q_v
+    eta_grid = etas[np.argmax(fkl_push > cap)]
+    eta_star = 2 * q_v * (1 - a) / a
+    grid_err = max(grid_err, abs(eta_grid - eta_star))
+    print(f"alpha {a:<5g} cap {cap:7.2f}  crossover eta: grid {eta_grid:.5f}, "
+          f"closed form {eta_star:.5f}")
+# two steps of the grid: the crossover may fall on a grid point (rounding)
+S_GRID_STEP = 2e-5
+icmlbook.solution_check("max |grid crossover - closed form|", grid_err, "<=",
+                        S_GRID_STEP)
+
+# %% [markdown] tags=["exercise"]
+# 3. **Start above zero.** With $\varphi$ held at $\varphi_0 = 0.2$ (the authors'
+#    OpenLLaMA setting), how many of Part B's steps generate from the student under
+#    Eq. 7, as a share of on-policy's (which generates at every step)? Derive the
+#    expected share and check it by simulating Eq. 7's draws.
+
+# %% [markdown] tags=["solution"]
+# :::{dropdown} Solution to exercise 3
+# While the buffer is not full, every step with $r < \varphi$ generates; a generation
+# adds one batch of `N_SMALL` sequences, so the buffer fills after
+# $k = \lceil \text{capacity} / \text{N\_SMALL} \rceil$ generations. After that a step
+# generates with probability $\varphi(1 - s/S)$, which averages $\varphi/2$ over the run.
+# The expected share of steps that generate therefore lies between $\varphi/2$ and
+# $\varphi/2 + k/S$ (the filling generations partly coincide with draws that would have
+# generated anyway), far below on-policy's 1: the saving the adaptive scheme rests on
+# (each generation is the expensive part of a step, as the timing bars show). The cell
+# simulates Eq. 7 with `choose_source` over many runs of Part B's length and places the
+# mean share between the two: the fraction of the buffer-filling term it uses is
+# between 0 and 1.
+# :::
+
+# %% tags=["solution", "hide-cell"]
+def generate_share(phi_x, steps, capacity, batch, runs, rng_x):
+    """Mean share of steps that generate under Eq. 7 with phi held at phi_x."""
+    total = 0
+    for _ in range(runs):
+        n_buffer = 0
+        for step in range(steps):
+            if choose_source(rng_x.random(), phi_x, step, steps, n_buffer,
+                             capacity) == "generate":
+                total += 1
+                n_buffer = min(capacity, n_buffer + batch)
+    return total / (runs * steps)
+
+
+S_B = 200  # Part B's default length, simulated at every tier (no training involved)
+share = generate_share(0.2, S_B, replay_capacity, N_SMALL, 200, py_rng("exercise 3"))
+k_fill = math.ceil(replay_capacity / N_SMALL)
+used = (share - 0.2 / 2) / (k_fill / S_B)
+print(f"phi0 0.2: {share:.3f} of the steps generate (on-policy: 1); phi/2 = 0.1, "
+      f"k/S = {k_fill / S_B:.3f}: the share uses {used:.2f} of the buffer-filling term")
+# the upper bound phi/2 + k/S derived above: at most all of the filling term
+S_UPPER = 1.0
+icmlbook.solution_check("share of the buffer-filling term used", used, "<=", S_UPPER)
+
+# %% [markdown]
 # ## References
 #
 # - J. Ko, S. Kim, T. Chen, S.-Y. Yun. DistiLLM: Towards Streamlined Distillation for

@@ -183,7 +183,8 @@ def run_distill(s, kind, regime="offline", steps=150, teacher=None, lr=3e-3):
     student.load_state_dict(s["sft"])
     h = ch.distill(student, teacher or s["teacher"], kind=kind, alpha=0.1, steps=steps,
                    regime=regime, pool=s["pool"], val=s["val"], val_teacher_logits=s["vt"],
-                   seed=1, lr=lr, eval_every=25)
+                   rng=random.Random(1), gen=torch.Generator().manual_seed(1), lr=lr,
+                   eval_every=25)
     return h, student
 
 
@@ -193,7 +194,8 @@ def run_small(s, regime, steps=200, choose=ch.choose_source):
     student.load_state_dict(s["wide"])
     return ch.distill(student, s["teacher"], kind="SKL", alpha=0.1, steps=steps,
                       regime=regime, pool=s["pool"][: ch.N_SMALL], val=s["val"],
-                      val_teacher_logits=s["vt"], seed=1, lr=1e-2, phi0=0.0,
+                      val_teacher_logits=s["vt"], rng=random.Random(1),
+                      gen=torch.Generator().manual_seed(1), lr=1e-2, phi0=0.0,
                       eps=ch.C_VAL_RISE,
                       capacity=64, eval_every=25, batch=ch.N_SMALL, choose=choose)
 
@@ -233,17 +235,18 @@ def test_adaptive_claims_hold_and_fail_when_eq8_is_broken(setup, monkeypatch):
 def test_noisy_teacher_wrapper():
     teacher = ch.make_model(16, 1, 2)
     x = ch.make_pool(4, random.Random(0))[:, :-1]
-    out = ch.NoisyTeacher(teacher, 0.3, 0)(x)
+    out = ch.NoisyTeacher(teacher, 0.3, torch.Generator().manual_seed(0))(x)
     assert torch.allclose(out.exp().sum(-1), torch.ones(out.shape[:-1]), atol=1e-5)
-    clean = ch.NoisyTeacher(teacher, 0.0, 0)(x)
+    clean = ch.NoisyTeacher(teacher, 0.0, torch.Generator().manual_seed(0))(x)
     assert torch.allclose(clean.exp(), teacher(x).softmax(-1), atol=1e-6)
-    noisy = ch.NoisyTeacher(teacher, 0.3, 0)
+    noisy = ch.NoisyTeacher(teacher, 0.3, torch.Generator().manual_seed(0))
     assert not torch.allclose(noisy(x), noisy(x))  # fresh noise at every query
 
 
 def test_noisy_teacher_claim_holds_and_fails_when_alpha_is_dropped(setup, monkeypatch):
     def kl(kind):
-        noisy = ch.NoisyTeacher(setup["teacher"], 0.3, 6)
+        noisy = ch.NoisyTeacher(setup["teacher"], 0.3,
+                                 torch.Generator().manual_seed(6))
         return run_distill(setup, kind, teacher=noisy, lr=1e-2)[0]["kl"][-1]
     fkl = kl("FKL")
     assert kl("SKL") / fkl <= ch.C_NOISY_SKL_VS_FKL  # claim 1 holds
