@@ -1561,18 +1561,255 @@ icmlbook.explore(update, controls, run=run)
 
 # %% [markdown]
 # ## Exercises
+
+# %% [markdown] tags=["exercise"]
+# **1. Where the radius grows.** Eq. 3 lets the distance to $x^*$ grow only through the
+# term $\zeta\eta^2\|\mathrm{grad} f\|^2$, which wins only when the step is nearly
+# orthogonal to $\mathrm{Log}_x x^*$. Make this exact: from the hyperbolic law of
+# cosines, show that a step of length $s$ at angle $\theta$ to $\mathrm{Log}_x x^*$,
+# taken at distance $d$ from $x^*$, moves away from $x^*$ if and only if
+# $\tanh(s/2) > \tanh(d)\cos\theta$, and check the rule on every step of some RGD runs.
+# Then take elongated data (points spread along a geodesic), where the gradient is
+# least aligned with $\mathrm{Log}_x x^*$: does RGD with $\eta = 1/L$ leave
+# $B(x^*, d(x_0, x^*))$? At which multiple of $1/L$ does a run first leave it?
+
+# %% [markdown] tags=["solution"]
+# :::{dropdown} Solution to exercise 1
+# **The rule.** Take the geodesic triangle with vertices $x$, $x^*$ and
+# $x_+ = \mathrm{Exp}_x(v)$, with sides $d = d(x, x^*)$, $s = \|v\|$ and angle $\theta$
+# at $x$ between $v$ and $\mathrm{Log}_x x^*$. In curvature $-1$ the law of cosines is
+# exact:
 #
-# 1. **Where the radius grows.** Find a g-convex problem on $\mathbb H^2$ on which RGD
-#    with $\eta = 1/L$ leaves $B(x^*, d(x_0, x^*))$ and comes back. (Hint: Eq. 3 allows
-#    the distance to grow only by the term $\zeta\eta^2\|\mathrm{grad} f\|^2$, which needs
-#    a gradient nearly orthogonal to $\mathrm{Log}_x x^*$: try elongated data.)
-# 2. **Is it the curvature?** Run the log-cosh sweep on the flat plane (`Flat`) and
-#    compare RPPA's outer counts with those on $\mathbb H^2$. Which part of their growth
-#    with $D$ is due to the start distance, which to the curvature?
-# 3. **Inexactness budget.** Sweep $\sigma \in \{0.1, 0.5, 0.9\}$ and $\lambda$ and plot
-#    the total inner work against the outer count. How does the best $\lambda$ move with
-#    the curvature?
+# $$\cosh d(x_+, x^*) = \cosh d\,\cosh s - \sinh d\,\sinh s\,\cos\theta .$$
 #
+# So $d(x_+, x^*) > d$ if and only if $\cosh d\,(\cosh s - 1) > \sinh d\,\sinh s\,
+# \cos\theta$; dividing by $\cosh d\,\sinh s > 0$ and using
+# $(\cosh s - 1)/\sinh s = \tanh(s/2)$,
+#
+# $$d(x_+, x^*) > d(x, x^*) \iff \tanh(s/2) > \tanh(d)\,\cos\theta .$$
+#
+# (The flat plane gives $s/2 > d\cos\theta$.) Far from $x^*$, $\tanh d \approx 1$: a
+# step of length $s$ moves away exactly when its angle to $x^*$ exceeds
+# $\arccos\tanh(s/2)$. For the log-cosh loss $\|\mathrm{grad} f\| \le 1$, so at
+# $\eta = 1/L = 1$ the step is at most 1 long and needs an angle above
+# $\arccos\tanh(1/2)$, about $62°$.
+#
+# **Why elongated data do not get there.** Seen from a point at height $h$ above a
+# geodesic, the whole geodesic lies within the angle of parallelism
+# $\Pi(h) = 2\arctan e^{-h}$ of the perpendicular: in $\mathbb H^2$ far data points are
+# all seen in nearly the same direction as near ones. Both the gradient (an average of
+# directions to data points) and $\mathrm{Log}_x x^*$ (a point of the same geodesic)
+# then lie in that cone, so the angle between them stays small unless $h$ is small, and
+# then the step is short. We searched for a counterexample while writing this solution
+# (data along a geodesic of half-length 1 to 8, widths 0 to 0.3, 2 to 20 points, both
+# objectives, 24 starts at 4 distances each) and found none at $\eta = 1/L$, so the
+# exercise asks for the mechanism and the failing step instead of a counterexample.
+#
+# The cell puts the data along a geodesic of half-length 4 with small transverse noise,
+# starts RGD on the log-cosh loss from 8 directions at distance 2 from $x^*$, and runs
+# it at $c/L$ for a few $c$ (at most 300 steps). It evaluates the rule on every step
+# (steps whose distance change or rule margin is below $10^{-9}$ are ties and skipped),
+# prints the worst ball ratio per $c$ and the first $c$ whose runs leave the ball. At
+# $c = 1$ no run leaves; the first leaving step is past $2/L$, where RGD no longer
+# converges on this loss: we found no run that leaves the ball and comes back.
+# :::
+
+# %% tags=["solution", "hide-cell"]
+ex1_rng = run.rng("exercise 1")
+ex1_t = np.linspace(-4.0, 4.0, n_points)
+ex1_origin = np.array([1.0, 0.0, 0.0])
+ex1_P = Hyperbolic.exp(
+    ex1_origin,
+    ex1_t[:, None] * tangent_direction(Hyperbolic, ex1_origin, 0.0)
+    + 0.1 * ex1_rng.standard_normal(n_points)[:, None]
+    * tangent_direction(Hyperbolic, ex1_origin, np.pi / 2),
+)
+ex1_star = minimiser(Hyperbolic, LogCosh, ex1_P)
+ex1_steps = (1.0, 2.0, 4.0, 6.0)
+ex1_ratio, ex1_checked, ex1_wrong = {}, 0, 0
+for c in ex1_steps:
+    ex1_ratio[c] = 0.0
+    for theta in np.linspace(0, 2 * np.pi, 8, endpoint=False):
+        p = problem_at(Hyperbolic, LogCosh, ex1_P, ex1_star, 2.0, theta)
+        with np.errstate(all="ignore"):
+            xs = rgd(Hyperbolic, LogCosh, ex1_P, p["x0"], c / p["L"], p["f_star"],
+                     max_steps=300)
+        ex1_ratio[c] = max(ex1_ratio[c], ball_ratio(xs, p))
+        for x, x_next in zip(xs[:-1], xs[1:]):
+            v = Hyperbolic.log(x, x_next)  # the step taken
+            to_star = Hyperbolic.log(x, ex1_star)
+            d, s = norm(Hyperbolic, x, to_star), norm(Hyperbolic, x, v)
+            if d < 1e-6 or s < 1e-12:
+                continue
+            cos_t = Hyperbolic.inner(x, v, to_star) / (d * s)
+            margin = np.tanh(s / 2) - np.tanh(d) * cos_t
+            change = Hyperbolic.dist(x_next, ex1_star) - d
+            if abs(margin) < 1e-9 or abs(change) < 1e-9:
+                continue  # a tie: neither side can be trusted to rounding
+            ex1_checked += 1
+            ex1_wrong += int((margin > 0) != (change > 0))
+ex1_first = min([c for c in ex1_steps if ex1_ratio[c] > 1 + 1e-9], default=np.inf)
+print("log-cosh, elongated data, 8 starts at distance 2; worst ball ratio by step c/L:")
+print("  " + ", ".join(f"c = {c:g}: {r:.4f}" for c, r in ex1_ratio.items()))
+print(f"first step c/L whose runs leave the ball: {ex1_first:g}")
+print(f"growth rule tested on {ex1_checked} steps, wrong on {ex1_wrong}")
+S_RULE_WRONG = 0  # the rule is the law of cosines rearranged: an identity
+S_BALL_AT_1_OVER_L = 1 + 1e-9  # no run leaves at eta = 1/L (rounding only, C_BALL_TOL)
+icmlbook.solution_check("steps where the growth rule is wrong", ex1_wrong, "<=",
+                        S_RULE_WRONG)
+icmlbook.solution_check("worst ball ratio at eta = 1/L, elongated data",
+                        ex1_ratio[1.0], "<=", S_BALL_AT_1_OVER_L)
+
+# %% [markdown] tags=["exercise"]
+# **2. Is it the curvature?** Run the log-cosh sweep on the flat plane (`Flat`) and
+# compare RPPA's outer counts with those on $\mathbb H^2$. Which part of their growth
+# with $D$ is due to the start distance, which to the curvature?
+
+# %% [markdown] tags=["solution"]
+# :::{dropdown} Solution to exercise 2
+# **What to expect.** Exact RPPA's rate $f(x_k) - f^* \le d(x_0, x^*)^2/(2\lambda k)$
+# holds on the flat plane and on every Hadamard manifold alike: the outer loop does not
+# see the curvature, only the start distance $R = D + $ `start_gap`. Far from the data
+# the log-cosh loss is linear with slope at most 1, so each prox moves the point by at
+# most about $\lambda$: at small $\lambda$ the outer count grows with $R$ on both
+# planes. What the curvature changes is the loss itself. Across the geodesic to a data
+# point the Hessian of $\log\cosh d$ is $\tanh(d)\,\coth(d) = 1$ on $\mathbb H^2$ but
+# $\tanh(d)/d$ on the flat plane: the hyperbolic loss is *more* convex far from the
+# data, so if anything its outer loop should be faster.
+#
+# **The experiment.** For each data radius of the tier we draw a few problems on each
+# plane from the same random numbers (the same area fractions and angles, mapped into
+# each geometry), start at distance $D + $ `start_gap` in the same direction, and count
+# iRPPA's outer steps at every $\lambda$ of the chapter, averaged over the problems of a
+# radius. Growth with $D$ on the flat plane is the start distance's share; the
+# difference $\mathbb H^2 - \mathbb R^2$ at the same $D$ is the curvature's, and the
+# cell prints the curvature's share of the growth at $\lambda = 1$, where the growth is
+# largest. The flat counts grow as fast as the hyperbolic ones or faster: the
+# curvature adds little at small radii and saves steps at the largest, where the
+# hyperbolic loss is more convex. A single problem per radius is too noisy for this
+# comparison (a draw can swing the difference by a few steps either way), hence the
+# average.
+# :::
+
+# %% tags=["solution", "hide-cell"]
+ex2_trials = max(3, cfg.trials)  # problems per radius (3 at smoke and default)
+ex2_outer = {}
+for M in (Flat, Hyperbolic):
+    ex2_rng = run.rng("exercise 2")  # the same draws on both planes
+    ex2_outer[M.name] = np.array([
+        np.mean([[rppa_work(make_problem(M, LogCosh, D, D + start_gap, n_points,
+                                         ex2_rng), lm, sigma)[0] for lm in LAMBDAS]
+                 for _ in range(ex2_trials)], axis=0)
+        for D in cfg.radii
+    ])
+print(f"iRPPA outer steps, log-cosh, mean of {ex2_trials} problems; rows: data radius "
+      "D, columns: lambda")
+print(f"{'D':>4} | " + " ".join(f"R2 {lm:<4g}" for lm in LAMBDAS) + " | "
+      + " ".join(f"H2 {lm:<4g}" for lm in LAMBDAS))
+for i, D in enumerate(cfg.radii):
+    print(f"{D:>4g} | " + " ".join(f"{v:>7.1f}" for v in ex2_outer["R2"][i]) + " | "
+          + " ".join(f"{v:>7.1f}" for v in ex2_outer["H2"][i]))
+ex2_growth = {k: float(v[-1, 0] - v[0, 0]) for k, v in ex2_outer.items()}
+ex2_share = (ex2_growth["H2"] - ex2_growth["R2"]) / ex2_growth["H2"]
+ex2_flat_growth = float(ex2_outer["R2"][-1, 0] / ex2_outer["R2"][0, 0])
+print(f"lambda = {LAMBDAS[0]:g}, D = {cfg.radii[0]:g} -> {cfg.radii[-1]:g}: outer "
+      f"steps grow by {ex2_growth['R2']:.1f} on R2 ({ex2_flat_growth:.2f}x) and "
+      f"{ex2_growth['H2']:.1f} on H2; the curvature's share: {ex2_share:+.2f}")
+# the start distance alone must make the flat count grow by at least half (measured
+# 1.85x at smoke, 3.73x at default on seed 0)
+S_FLAT_GROWTH = 1.5
+# the curvature explains at most half of H2's growth (measured -0.08 at smoke, -1.15 at
+# default on seed 0: negative, it saves steps)
+S_CURVATURE_SHARE = 0.5
+icmlbook.solution_check("flat outer steps, largest / smallest D", ex2_flat_growth,
+                        ">=", S_FLAT_GROWTH)
+icmlbook.solution_check("curvature's share of the growth (lambda = 1)", ex2_share,
+                        "<=", S_CURVATURE_SHARE)
+
+# %% [markdown] tags=["exercise"]
+# **3. Inexactness budget.** Sweep $\sigma \in \{0.1, 0.5, 0.9\}$ and $\lambda$ and plot
+# the total inner work against the outer count. How does the best $\lambda$ move with
+# the curvature?
+
+# %% [markdown] tags=["solution"]
+# :::{dropdown} Solution to exercise 3
+# **A back-of-the-envelope count.** Near $x^*$, with $f$ $\mu$-strongly convex and
+# $L$-smooth, each exact prox contracts the gap by about $1 + \lambda\mu$, so the outer
+# count is about $\log(1/\epsilon)/\log(1 + \lambda\mu)$. The subproblem $h_t$ is
+# $(\mu + 1/\lambda)$-strongly convex and $(L + \zeta/\lambda)$-smooth, so RGD on it
+# needs about $\kappa_h\log(1/\sigma)$ steps, $\kappa_h = (\lambda L + \zeta)/
+# (\lambda\mu + 1)$, to meet a relative tolerance $\sigma$, and at least one:
+#
+# $$\text{inner work} \approx \frac{\log(1/\epsilon)}{\log(1+\lambda\mu)}
+#   \cdot \max\Big\{1,\ \frac{\lambda L + \zeta}{\lambda\mu + 1}\,
+#   \log\frac1\sigma\Big\}.$$
+#
+# Two predictions. A larger $\sigma$ buys fewer inner steps per prox for a few more
+# outer steps: in the plot of inner work against outer count the points move right and
+# down as $\sigma$ grows (and do not move where one inner step already meets the rule).
+# And the curvature decides what a large $\lambda$ is worth. On the flat plane the
+# Karcher mean has $L = \mu = \zeta = 1$, the second factor is 1 (one inner step per
+# prox), and the work falls with the outer count as $\lambda$ grows. On
+# $\mathbb H^2$ it has $L = \zeta_r$ and $\mu = 1$: the second factor tends to
+# $(L/\mu)\log(1/\sigma)$, a near-complete minimisation of $f$ per prox, and the work
+# falls only logarithmically in $\lambda$.
+#
+# **The experiment**: the Karcher mean on the flat plane and on $\mathbb H^2$ at the
+# largest data radius of the tier, and on $\mathbb H^2$ at the smallest, one problem
+# each, $\lambda \in \{1, 10, 100, 1000\}$. The best $\lambda$ of the grid stays the
+# largest one or close to it everywhere: larger $\lambda$ is never much worse. What the
+# curvature moves is how much a large $\lambda$ is worth: the cell prints the work at
+# $\lambda = 1000$ over the work at $\lambda = 10$, a strong drop on the flat plane and
+# next to none at the largest radius on $\mathbb H^2$. In words: in flat space push
+# $\lambda$ up; with strong curvature a moderate $\lambda$ is as good as the best, and
+# the extra inner work of a smaller $\sigma$ is wasted.
+# :::
+
+# %% tags=["solution", "hide-cell"]
+ex3_sigmas, ex3_lambdas = (0.1, 0.5, 0.9), (1.0, 10.0, 100.0, 1000.0)
+ex3_cases = {f"R2, D = {cfg.radii[-1]:g}": (Flat, cfg.radii[-1]),
+             f"H2, D = {cfg.radii[0]:g}": (Hyperbolic, cfg.radii[0]),
+             f"H2, D = {cfg.radii[-1]:g}": (Hyperbolic, cfg.radii[-1])}
+ex3_work = {}  # case -> array (sigma, lambda, [outer, inner])
+for name, (M, D) in ex3_cases.items():
+    prob = make_problem(M, Karcher, D, D + start_gap, n_points, run.rng("exercise 3"))
+    ex3_work[name] = np.array([[rppa_work(prob, lm, s)[:2] for lm in ex3_lambdas]
+                               for s in ex3_sigmas], dtype=float)
+fig, axes = plt.subplots(1, 3, figsize=(10.5, 3), sharey=True)
+for ax, (name, w) in zip(axes, ex3_work.items()):
+    for i, s in enumerate(ex3_sigmas):
+        ax.plot(w[i, :, 0], w[i, :, 1], "o-", color=plt.cm.viridis(0.1 + 0.4 * i),
+                label=f"$\\sigma$ = {s:g}")
+        for j, lm in enumerate(ex3_lambdas):
+            if i == 0:
+                ax.annotate(f"$\\lambda$={lm:g}", w[i, j], fontsize=6,
+                            xytext=(3, 3), textcoords="offset points")
+    ax.set(xscale="log", yscale="log", xlabel="outer steps", title=f"Karcher, {name}")
+axes[0].set_ylabel("inner gradient evaluations")
+axes[0].legend(fontsize=7)
+plt.show()
+ex3_gain = {name: w[:, -1, 1] / w[:, 1, 1] for name, w in ex3_work.items()}
+for name, w in ex3_work.items():
+    best = [ex3_lambdas[int(np.argmin(w[i, :, 1]))] for i in range(len(ex3_sigmas))]
+    print(f"{name}: best lambda by sigma {dict(zip(ex3_sigmas, best))}, work at "
+          f"lambda = 1000 / at 10: {np.round(ex3_gain[name], 2).tolist()}")
+ex3_sigma_ratio = max(float(np.max(w[-1, :, 1] / w[0, :, 1]))
+                      for name, w in ex3_work.items() if name.startswith("H2"))
+ex3_gain_gap = float(np.min(ex3_gain[f"H2, D = {cfg.radii[-1]:g}"])
+                     - np.max(ex3_gain[f"R2, D = {cfg.radii[-1]:g}"]))
+print(f"H2, worst inner work at sigma = 0.9 / at sigma = 0.1: {ex3_sigma_ratio:.2f}")
+# a looser prox never costs more inner work (on R2 the two are equal: one inner step
+# meets either rule); measured 0.80 at smoke and at default on seed 0
+S_SIGMA_WORK = 1.0
+# curvature leaves less to gain from a larger lambda than flat space (the difference of
+# the two ratios is positive; measured 0.52 at smoke, 0.49 at default on seed 0)
+S_GAIN_GAP = 0.0
+icmlbook.solution_check("H2 inner work, sigma 0.9 / 0.1, worst", ex3_sigma_ratio, "<=",
+                        S_SIGMA_WORK)
+icmlbook.solution_check("gain of lambda 10 -> 1000: H2 ratio - R2 ratio", ex3_gain_gap,
+                        ">", S_GAIN_GAP)
+
+# %% [markdown]
 # ## References
 #
 # - D. Martínez-Rubio, C. Roux, S. Pokutta. Convergence and Trade-Offs in Riemannian
