@@ -35,17 +35,21 @@
 # its current "wealth"; misses pay, covers cost. There is no learning rate and the
 # scale of the scores need not be known.
 #
-# **The claim.** Long-run miscoverage converges to $\alpha$ with no tuning at any score
-# scale, and the intervals are about as narrow as those of the best hand-tuned ACI.
-# We test it on a shifting AR(1) stream at three score scales spanning four decades,
-# in two ways. Against its own ablation: the same pinball-loss gradients with a
-# learning rate in place of the bet (ACI), where we give ACI the *one* rate that does
-# best over all scales, chosen in hindsight. Against the strongest fair baseline:
-# scale-free OGD (SF-OGD), which is told the score bound from a calibration set, and
-# ACI with its rate tuned per stream on the test data. Widths are compared at matched
-# coverage, so a method cannot look narrow by missing more often. What this book
-# adds or changes: one synthetic stream family instead of the paper's stock prices,
-# the coverage-matched width, and the one-rate-for-all-scales ablation.
+# **The claim.** In the paper's words: "We prove that our method controls long-term
+# miscoverage frequency at a nominal level and demonstrate its convincing empirical
+# performance without any need of performing cumbersome parameter tuning" (abstract).
+# Two headlines, then: long-run miscoverage converges to $\alpha$ with no learning
+# rate, and the intervals are about as narrow as those of tuned methods, with no
+# tuning. We test both on a shifting AR(1) stream at three score scales spanning four
+# decades. Against the method's own ablation: the same pinball-loss gradients with a
+# learning rate in place of the bet (ACI), given the *one* rate that does best over all
+# scales, chosen in hindsight. Against the strongest fair baselines: scale-free OGD
+# (SF-OGD), which is told the score bound from a calibration set, and ACI with its
+# rate tuned per stream on the test data. Widths are compared at matched coverage, so
+# a method cannot look narrow by missing more often. The paper's verdict, graded from
+# these claims by a fixed rule, is printed with the claims below. What this book adds
+# or changes: one synthetic stream family instead of the paper's stock prices, the
+# coverage-matched width, and the one-rate-for-all-scales ablation.
 
 # %% tags=["parameters"]
 tier = "default"  # smoke | default | full: size of the experiment
@@ -85,9 +89,12 @@ run = icmlbook.start(
 )
 icmlbook.use_style()
 cfg = run.pick(
-    smoke=dict(T=3000, rate_T=5000, rate_reps=2, widget_T=800, eta_grid=9),
-    default=dict(T=6000, rate_T=50000, rate_reps=8, widget_T=2000, eta_grid=17),
-    full=dict(T=20000, rate_T=200000, rate_reps=20, widget_T=4000, eta_grid=33),
+    smoke=dict(T=3000, sweep_reps=2, rate_T=5000, rate_reps=2, widget_T=800,
+               eta_grid=9),
+    default=dict(T=6000, sweep_reps=8, rate_T=50000, rate_reps=8, widget_T=2000,
+                 eta_grid=17),
+    full=dict(T=20000, sweep_reps=16, rate_T=200000, rate_reps=20, widget_T=4000,
+              eta_grid=33),
 )
 ALPHAS = (0.05, 0.1, 0.2)  # miscoverage levels of the claim sweep
 SCALES = (0.01, 1.0, 100.0)  # score-scale multipliers of the claim sweep
@@ -98,8 +105,9 @@ TUNE_TOL = 0.015
 STYLE = icmlbook.method_styles("KT", "ONS", "OGD", "SF-OGD")
 COLOURS = {name: style["color"] for name, style in STYLE.items()}
 print(
-    f"tier {tier}: T = {cfg.T} steps per stream, {len(ALPHAS) * len(SCALES)} streams "
-    f"in the sweep, OGD grid of {cfg.eta_grid} learning rates"
+    f"tier {tier}: T = {cfg.T} steps per stream, {len(ALPHAS) * len(SCALES)} "
+    f"configurations x {cfg.sweep_reps} streams in the sweep, OGD grid of "
+    f"{cfg.eta_grid} learning rates"
 )
 
 # %% [markdown]
@@ -354,8 +362,8 @@ def ar1_changepoint_scores(T, rng, sigmas=SIGMAS, phi=0.8):
     return np.abs(y[1:] - y[:-1]), segments
 
 
-rng = np.random.default_rng(seed)
-base_scores, segments = ar1_changepoint_scores(cfg.T, rng)
+# the showcase stream, drawn from the run's named stream "showcase"
+base_scores, segments = ar1_changepoint_scores(cfg.T, run.rng("showcase"))
 
 fig, ax = plt.subplots(figsize=(7, 2.4))
 ax.plot(base_scores, lw=0.5, color="0.5")
@@ -440,7 +448,8 @@ run.metric("local_coverage_deviation", local_dev);
 # jumps up, of over-coverage when it drops), which the running mean then dilutes.
 
 # %%
-rate_scores = np.stack([ar1_changepoint_scores(cfg.rate_T, rng)[0]
+rate_rng = run.rng("rate streams")  # independent of the showcase stream
+rate_scores = np.stack([ar1_changepoint_scores(cfg.rate_T, rate_rng)[0]
                         for _ in range(cfg.rate_reps)], axis=1)  # (rate_T, reps)
 rate_r = kt_aci(rate_scores, alpha, initial_wealth)[0]
 t_axis = np.arange(1, cfg.rate_T + 1)
@@ -471,17 +480,25 @@ run.metric("rate_slope", float(slope));
 # ### The sweep: three scales and three miscoverage levels
 #
 # Now every combination of score scale $\{0.01, 1, 100\}$ and $\alpha \in \{0.05, 0.1,
-# 0.2\}$, nine streams run side by side (the learners broadcast over the last axis).
-# The bettors keep $\varepsilon = 1$ at every scale: no tuning. SF-OGD gets each
-# stream's score bound from its first 100 steps. OGD is run over a grid of learning
-# rates spanning four decades around each scale, and on each stream the valid rate
-# (gap at most `TUNE_TOL`) with the smallest excess width is kept: tuned on the test
-# stream itself, a bar no forecaster could set in advance.
+# 0.2\}$: nine configurations, each run on `sweep_reps` independent streams (the
+# showcase stream and fresh ones), all side by side (the learners broadcast over the
+# last axis). The bettors keep $\varepsilon = 1$ at every scale: no tuning. SF-OGD
+# gets each stream's score bound from its first 100 steps. OGD is run over a grid of
+# learning rates spanning four decades around each scale, and on each stream the
+# valid rate (gap at most `TUNE_TOL`) with the smallest excess width is kept: tuned on
+# the test stream itself, a bar no forecaster could set in advance. Widths are
+# compared per configuration, averaged over its streams, so that one lucky or unlucky
+# stream does not decide a comparison.
 
 # %%
-scale_col = np.repeat(SCALES, len(ALPHAS))  # stream b has scale scale_col[b]
-alpha_col = np.tile(ALPHAS, len(SCALES))  # ... and level alpha_col[b]
-sweep_scores = base_scores[:, None] * scale_col[None, :]  # (T, 9)
+N_CONF = len(SCALES) * len(ALPHAS)  # nine configurations
+extra_rng = run.rng("sweep streams")  # the streams beyond the showcase one
+streams = np.stack([base_scores] + [ar1_changepoint_scores(cfg.T, extra_rng)[0]
+                                    for _ in range(cfg.sweep_reps - 1)], axis=1)
+# column b = rep * 9 + configuration: scale scale_col[b], level alpha_col[b]
+scale_col = np.tile(np.repeat(SCALES, len(ALPHAS)), cfg.sweep_reps)
+alpha_col = np.tile(ALPHAS, len(SCALES) * cfg.sweep_reps)
+sweep_scores = np.repeat(streams, N_CONF, axis=1) * scale_col  # (T, 9 reps)
 
 sweep_r = {
     "KT": kt_aci(sweep_scores, alpha_col, initial_wealth)[0],
@@ -497,45 +514,56 @@ for e in eta_rel:  # one rate (relative to each stream's scale) at a time
     r = ogd_aci(sweep_scores, alpha_col, e * scale_col)
     grid_gap.append(miscoverage_gap(sweep_scores, r, alpha_col))
     grid_excess.append(excess_width(sweep_scores, segments, r))
-grid_gap, grid_excess = np.array(grid_gap), np.array(grid_excess)  # (grid, 9)
+grid_gap, grid_excess = np.array(grid_gap), np.array(grid_excess)  # (grid, 9 reps)
 excess["OGD, tuned per stream"] = np.where(
     grid_gap <= TUNE_TOL, grid_excess, np.inf
 ).min(axis=0)
 
+
+def per_conf(x):
+    """Mean over the streams of each of the nine configurations."""
+    return x.reshape(cfg.sweep_reps, N_CONF).mean(axis=0)
+
+
 print(
-    f"{'scale':>6} {'alpha':>5} | {'gap KT':>7} {'gap ONS':>7} {'gap SF':>7} | excess "
-    f"width: {'KT':>6} {'ONS':>6} {'SF-OGD':>6} {'OGD tuned':>9}"
+    f"mean over {cfg.sweep_reps} streams per row\n{'scale':>6} {'alpha':>5} | "
+    f"{'gap KT':>7} {'gap ONS':>7} {'gap SF':>7} | excess width: {'KT':>6} {'ONS':>6} "
+    f"{'SF-OGD':>6} {'OGD tuned':>9}"
 )
-for b in range(len(scale_col)):
+conf_gap = {k: per_conf(v) for k, v in gap.items()}
+conf_excess = {k: per_conf(v) for k, v in excess.items()}
+for b in range(N_CONF):
     print(
-        f"{scale_col[b]:>6g} {alpha_col[b]:>5g} | {gap['KT'][b]:>7.4f} "
-        f"{gap['ONS'][b]:>7.4f} {gap['SF-OGD'][b]:>7.4f} | {'':>13} "
-        f"{excess['KT'][b]:>6.3f} {excess['ONS'][b]:>6.3f} {excess['SF-OGD'][b]:>6.3f} "
-        f"{excess['OGD, tuned per stream'][b]:>9.3f}"
+        f"{scale_col[b]:>6g} {alpha_col[b]:>5g} | {conf_gap['KT'][b]:>7.4f} "
+        f"{conf_gap['ONS'][b]:>7.4f} {conf_gap['SF-OGD'][b]:>7.4f} | {'':>13} "
+        f"{conf_excess['KT'][b]:>6.3f} {conf_excess['ONS'][b]:>6.3f} "
+        f"{conf_excess['SF-OGD'][b]:>6.3f} "
+        f"{conf_excess['OGD, tuned per stream'][b]:>9.3f}"
     )
-kt_vs_sf = float(np.max(excess["KT"] / excess["SF-OGD"]))
-kt_vs_tuned = float(np.max(excess["KT"] / excess["OGD, tuned per stream"]))
+kt_vs_sf = float(np.max(conf_excess["KT"] / conf_excess["SF-OGD"]))
+kt_vs_tuned = float(np.max(conf_excess["KT"] / conf_excess["OGD, tuned per stream"]))
 print(
-    f"worst stream: KT's excess width is {kt_vs_sf:.3f} x SF-OGD's and "
-    f"{kt_vs_tuned:.3f} x tuned OGD's; worst gap KT {gap['KT'].max():.4f}, SF-OGD "
-    f"{gap['SF-OGD'].max():.4f}"
+    f"worst configuration: KT's excess width is {kt_vs_sf:.3f} x SF-OGD's and "
+    f"{kt_vs_tuned:.3f} x tuned OGD's; worst gap over all {len(scale_col)} streams: "
+    f"KT {gap['KT'].max():.4f}, SF-OGD {gap['SF-OGD'].max():.4f}"
 )
 
 # %% [markdown]
 # Two things to read off the table. KT's excess width matches SF-OGD's, which was told
-# the scores' range, and is close to OGD tuned on the test stream. And SF-OGD lands
-# closer to $\alpha$ than KT: KT's long-run gap is the price of knowing nothing about
-# the scale, and it shrinks as $O(\sqrt{\log T / T})$ (Eq. 7, measured below).
+# the scores' range, and is a few per cent above OGD tuned on the test stream. And
+# SF-OGD lands closer to $\alpha$ than KT: KT's long-run gap is the price of knowing
+# nothing about the scale, and it shrinks as $O(\sqrt{\log T / T})$ (Eq. 7, measured
+# above). Both are recorded below, the second as a finding.
 #
 # ### The ablation: a learning rate instead of a bet
 #
 # The bet is the paper's key ingredient: KT and OGD see exactly the same gradients
 # $g_t = \alpha - \mathrm{err}_t$, and KT replaces OGD's learning rate by a fraction of
 # its wealth. Remove the bet and a learning rate must be chosen. To be fair to OGD, we
-# choose for it, in hindsight, the *one* absolute rate that does best on all nine
-# streams at once: among the rates that keep every stream valid, the one whose worst
-# width, relative to KT's, is smallest. A practitioner who does not know the units of
-# their scores can do no better than this rate, and usually worse.
+# choose for it, in hindsight, the *one* absolute rate that does best on all the
+# sweep's streams at once: among the rates that keep every stream valid, the one
+# whose worst width, relative to KT's, is smallest. A practitioner who does not know
+# the units of their scores can do no better than this rate, and usually worse.
 
 # %%
 def best_single_rate(scores, alphas, etas, reference_width, tol):
@@ -554,8 +582,8 @@ eta_abs = np.logspace(-3, 3, 4 * 6 + 1)  # absolute rates, 1e-3 .. 1e3
 one_eta, one_rate_ratio = best_single_rate(sweep_scores, alpha_col, eta_abs,
                                            mean_width(sweep_r["KT"]), TUNE_TOL)
 print(
-    f"best single learning rate for all nine streams: eta = {one_eta:.3g}; its widest "
-    f"stream is {one_rate_ratio:.1f} x KT's width"
+    f"best single learning rate for all {len(scale_col)} streams: eta = {one_eta:.3g}; "
+    f"its widest stream is {one_rate_ratio:.1f} x KT's width"
 )
 
 # %% [markdown]
@@ -616,22 +644,39 @@ for (scale, eta), (g, ratio) in fragility.items():
 # The thresholds below were fixed before the final runs; each line says where its
 # number comes from. Paper claims first (what the paper says the method does, each
 # against its ablation or the strongest fair baseline), then checks (what must hold
-# if the code is right, but is no evidence for the paper). Changed after a failure:
-# an earlier version compared raw widths (which flattered KT, as it misses slightly
-# more often than $\alpha$) and tested OGD at two fixed rates, one of which stopped
-# failing at the full tier, so widths are now compared at matched coverage (Eq. 9)
-# and OGD gets its best single rate.
+# if the code is right, but is no evidence for the paper). Each paper claim also says
+# how strong it is: the two width claims are *non-inferiority* claims (KT no more than
+# a few per cent wider), and whether KT is also strictly narrower is recorded beside
+# them. Changed after a failure: an earlier version tested OGD at two fixed rates, one
+# of which stopped failing at the full tier, so OGD now gets its best single rate in
+# hindsight; the same revision replaced raw widths (which flattered KT, as it misses
+# slightly more often than $\alpha$) by widths at matched coverage (Eq. 9).
+#
+# The two width ratios sit close to 1 by nature: KT against SF-OGD is a tie, KT against
+# per-stream tuned OGD a few per cent wider. Their worst configuration is averaged over
+# `sweep_reps` streams, which leaves their spread over seeds far below the tolerance;
+# what stays close to the bar is a property of the methods, not seed noise (averaging
+# more streams does not move it).
+#
+# Findings are measured and recorded like the claims but never enforced: what the
+# paper states and this book does not claim. The paper's verdict is graded from the
+# claims and findings by one fixed rule: a headline is *reproduced* only when every
+# claim testing it holds at full strength and every finding goes the paper's way.
 
 # %% tags=["thresholds"]
-# |mean err - alpha| on every stream; set before the runs from a first 5-seed trial (max
-# 0.0103)
+# the paper's verdict follows icmlbook.verdicts' rule, fixed before the final sweep
+# |mean err - alpha| on every stream; from a first 5-seed trial (max 0.0103), kept on
+# calibration seeds 0-9 (0.0102-0.0107 over 72 streams)
 C_GAP = TUNE_TOL
-# widest stream of the best single OGD rate / KT; measured 75x (T=6000), 24x (T=20000)
+# widest stream of the best single OGD rate / KT; measured 75x (T=6000), 24x (T=20000),
+# 77-80x on seeds 0-9; the design (best single rate, not two fixed rates) changed after
+# a full-tier failure
 C_ONE_RATE = 5.0
-# KT's excess width / SF-OGD's, worst stream; measured 0.99-1.01 on seeds 0-5
+# KT's excess width / SF-OGD's, worst configuration (mean of its streams); measured
+# 0.99-1.01 on seeds 0-5, 0.988-0.998 on seeds 0-9; non-inferiority, 5 % tolerance
 C_VS_SFOGD = 1.05
-# KT's excess width / per-stream tuned OGD's, worst stream; measured 1.03-1.06 on seeds
-# 0-5
+# KT's excess width / per-stream tuned OGD's, worst configuration (mean of its streams);
+# 1.03-1.06 on seeds 0-5, 1.039-1.045 on seeds 0-9; non-inferiority, 10 % tolerance
 C_VS_TUNED = 1.10
 C_IDENTITY = 1e-9  # relative error of the wealth identity of Eq. 5 (rounding only)
 # relative error of W_T = eps C(2T, T) / 2^T for constant coins (rounding only)
@@ -649,6 +694,8 @@ run.claim(
     "C_GAP of alpha on every stream",
     versus="ablation",
     against="OGD, the same gradients with a learning rate (next claim)",
+    strength="superiority",
+    provenance="calibrated",
 )
 run.claim(
     "one OGD rate for all scales: width / KT",
@@ -658,7 +705,9 @@ run.claim(
     "Without the bet, even the best single learning rate in hindsight that keeps all "
     "scales valid is several times wider than KT somewhere",
     versus="ablation",
-    against="OGD with the best single learning rate for all nine streams",
+    against="OGD with the best single learning rate for all the sweep's streams",
+    strength="superiority",
+    provenance="changed after failure",
 )
 run.claim(
     "KT vs SF-OGD: excess width",
@@ -668,6 +717,9 @@ run.claim(
     "At matched coverage KT is as narrow as SF-OGD, which is told the score bound",
     versus="baseline",
     against="SF-OGD with D from 100 calibration scores",
+    strength="non-inferiority",
+    provenance="calibrated",
+    strict=1.0,
 )
 run.claim(
     "KT vs OGD tuned per stream: excess width",
@@ -678,6 +730,9 @@ run.claim(
     "test stream",
     versus="baseline",
     against="OGD, rate tuned per stream in hindsight",
+    strength="non-inferiority",
+    provenance="calibrated",
+    strict=1.0,
 )
 
 kt_r, kt_w = kt_aci(sweep_scores, alpha_col, initial_wealth)
@@ -690,11 +745,38 @@ closed_err = abs(kt_aci(always_miss, alpha=0.0, eps=1.0)[1][-1] - closed) / clos
 r_big = kt_aci(1000 * sweep_scores, alpha_col, 1000 * initial_wealth)[0]
 equi_err = np.max(np.abs(r_big / 1000 - kt_r)) / np.max(np.abs(kt_r))
 run.check("wealth identity (Eq. 5)", identity_err, "<=", C_IDENTITY,
-          "W_T = eps + sum_t c_t s_t on all nine streams")
+          "W_T = eps + sum_t c_t s_t on every stream of the sweep")
 run.check("constant-coin closed form", closed_err, "<=", C_CLOSED_FORM,
           "30 coins of 1 give W = C(60, 30) / 2^30")
 run.check("scale equivariance", equi_err, "<=", C_EQUIVARIANCE,
           "scores and eps times 1000 give radii times 1000")
+
+gap_vs_sf = float(gap["KT"].mean() - gap["SF-OGD"].mean())
+run.finding(
+    "KT vs SF-OGD: long-run gap",
+    gap_vs_sf,
+    "<=",
+    0.0,
+    paper="the bettor controls long-term miscoverage with no tuning, read here as: at "
+    "least as close to alpha, on average over the sweep's streams, as SF-OGD",
+    shows="mean gap of KT minus that of SF-OGD, which is told the score bound",
+)
+run.headline(
+    "long-run validity with no tuning",
+    "We prove that our method controls long-term miscoverage frequency at a nominal "
+    "level",
+    source="Abstract; the paper's coverage theorem",
+    claims=["KT: validity at every scale with one setting"],
+)
+run.headline(
+    "as good as tuned OGD, without tuning",
+    "[We] demonstrate its convincing empirical performance without any need of "
+    "performing cumbersome parameter tuning",
+    source="Abstract; experiments",
+    claims=["one OGD rate for all scales: width / KT", "KT vs SF-OGD: excess width",
+            "KT vs OGD tuned per stream: excess width"],
+    findings=["KT vs SF-OGD: long-run gap"],
+)
 run.metric("kt_gap_per_stream", gap["KT"].round(5))
 run.metric("ons_gap_max", float(gap["ONS"].max()))
 run.metric("sf_ogd_gap_max", float(gap["SF-OGD"].max()))
@@ -709,9 +791,12 @@ run.verdict()
 # ## Across seeds
 #
 # One run is one seed. The table and strip plot below read this chapter's results
-# file, made by `icmlbook sweep 5 --seeds 0-9 --update-results`: every claim and check
-# over seeds 0-9 at the default tier, with the number of seeds on which it holds and
-# its worst margin (how far inside the threshold the worst seed stayed).
+# file, made by `icmlbook sweep 5 --seeds 0-19 --update-results`: every claim, check
+# and finding at the default tier over the calibration seeds 0-9 (on which the
+# thresholds were set) and, shown apart, the confirmation seeds 10-19 (run once, after
+# the thresholds were frozen), with the number of seeds on which each holds and its
+# worst margin (how far inside the threshold the worst seed stayed). The paper's
+# verdict over all of them follows.
 
 # %%
 across = icmlbook.across_seeds(run)
@@ -757,8 +842,7 @@ print(
 # %% tags=["hide-input"]
 import ipywidgets as W
 
-widget_rng = np.random.default_rng(seed + 1)
-widget_noise = widget_rng.standard_normal(cfg.widget_T)
+widget_noise = run.rng("widget").standard_normal(cfg.widget_T)
 
 
 def widget_scores(severity, scale):
@@ -829,40 +913,248 @@ icmlbook.explore(update, controls, run=run)
 # | | paper | this book |
 # |---|---|---|
 # | method | KT and ONS bettors on the pinball loss | both, from scratch (Eqs. 4–8) |
-# | guarantee | long-run miscoverage $\to \alpha$ for bounded scores, no learning rate | the long-run gap on nine streams spanning four decades of scale, one $\varepsilon$ (first paper claim); its rate, Eq. 7 |
+# | guarantee | long-run miscoverage $\to \alpha$ for bounded scores, no learning rate | the long-run gap on every stream of the sweep, four decades of scale, one $\varepsilon$ (first paper claim); its rate, Eq. 7 |
 # | the key ingredient | betting instead of a learning rate | against OGD with the best single rate in hindsight (second paper claim) |
-# | data | synthetic changepoints, stock prices, multi-step forecasting | one synthetic AR(1) stream with two changepoints at three scales |
+# | data | synthetic changepoints, stock prices, multi-step forecasting | synthetic AR(1) streams with two changepoints at three scales |
 # | baselines | ACI/OGD, SF-OGD, and other adaptive methods | SF-OGD told the score bound, OGD tuned per stream on the test data |
-# | efficiency | comparable widths to tuned methods | excess width at matched coverage (Eq. 9) against both baselines (third and fourth paper claims) |
+# | efficiency | widths comparable to those of tuned methods | excess width at matched coverage (Eq. 9) against both baselines (third and fourth paper claims) |
 #
-# Where the baseline wins: SF-OGD, which is told the range of the scores, lands
-# closer to $\alpha$ than KT on every stream in the sweep above; KT's advantage is
-# that it needs no such information, not that it is more exact.
+# **Paper coverage.** The paper's main results, and where this chapter meets them:
 #
-# What we did not reproduce: the real stock-price series (no network at run time), the
-# multi-step-ahead experiments (one learner per horizon, see the exercises) and the
-# strongest adaptive baselines (SAOCP, DtACI). We did not retrieve the paper's tables,
-# so the comparison is with its claims, not its numbers. The KT bettor's slow local
-# adaptation late in a stream is our observation, consistent with its running-mean
-# fraction; it does not contradict the paper's long-run guarantee.
+# | paper | here |
+# |---|---|
+# | coverage theorem: long-run miscoverage $\to \alpha$ for bounded scores | tested: "KT: validity at every scale with one setting"; rate, Eq. 7 (reported) |
+# | sensitivity of OGD-type methods to the learning rate | tested: "one OGD rate for all scales: width / KT" |
+# | synthetic changepoint experiments against tuned baselines | tested: the two excess-width claims and the finding "KT vs SF-OGD: long-run gap" |
+# | ONS bettor | reported: showcase, sweep table and widget; no claim |
+# | real time series (stock prices) | out of scope: no data download at run time |
+# | multi-step-ahead forecasting | exercise 3 only (a learner per horizon), no claim |
+# | SAOCP, DtACI baselines | out of scope: not implemented |
+#
+# **What did not reproduce, or only in a weaker form.** KT's width matches SF-OGD's
+# and comes within the tolerance of OGD tuned on each test stream, but it is not
+# narrower than the tuned OGD: the two width claims are non-inferiority claims, and
+# the strict version against tuned OGD is recorded beside it. SF-OGD, told the range of
+# the scores, lands closer to $\alpha$ than KT (the finding "KT vs SF-OGD: long-run
+# gap"): KT's advantage is that it needs no such information, not that it is more
+# exact. The ablation's design was changed after a failure (see Claims). Hence the
+# verdict *partly* for the second headline, while the coverage guarantee reproduces.
+#
+# Left out: the real stock-price series, the multi-step-ahead experiments (see the
+# exercises) and the strongest adaptive baselines (SAOCP, DtACI). We did not retrieve
+# the paper's tables, so the comparison is with its claims, not its numbers. The KT
+# bettor's slow local adaptation late in a stream is our observation, consistent with
+# its running-mean fraction; it does not contradict the paper's long-run guarantee.
 
 # %% [markdown]
 # ## Exercises
 #
-# 1. **The off-by-one.** The KT fraction divides by $t$, not $t-1$. With coins in
-#    $[-1, 1]$, dividing by $t-1$ lets a run of equal coins reach $|\beta_t| = 1$ and
-#    bankrupt the bettor. Show that here, with coins in $[-\alpha, 1-\alpha]$, the
-#    fraction stays below $1-\alpha$ either way (so the bug is harmless for
-#    $\alpha > 0$, as the tests found), and construct the coin sequence that breaks it
-#    as $\alpha \to 0$.
-# 2. **Local adaptivity.** KT's fraction averages all past coins. Restart the bettor
-#    every $k$ steps, or discount old coins, and measure the worst local coverage
-#    deviation against the long-run gap. What does the change cost in Eq. 7?
-# 3. **Multi-step forecasting.** Forecast $h = 1, \dots, 5$ steps ahead with the naive
-#    forecaster, run one KT learner per horizon, and check that each horizon's long-run
-#    miscoverage converges to $\alpha$, although horizon $h$ only learns about step $t$
-#    at step $t + h$.
+# Each exercise is followed by a worked solution (folded in the HTML book). The
+# solutions run on the chapter's showcase stream at the tier's length `cfg.T`, or on
+# a fresh stream of that length; they touch none of the results above.
+
+# %% [markdown] tags=["exercise"]
+# **1. The off-by-one.** The KT fraction divides by $t$, not $t-1$. For general coins
+# in $[-1, 1]$, dividing by $t-1$ lets a run of equal coins reach $|\beta_t| = 1$;
+# construct a coin sequence that then bankrupts the bettor. Show that with ACI's coins,
+# $c_t \in [-\alpha, 1-\alpha]$, the same bug cannot: each step multiplies the wealth
+# by at least $1 - \alpha(1-\alpha) \ge \tfrac34$. Check the bound on the showcase
+# stream, and measure how much the bug changes the long-run gap.
+
+# %% [markdown] tags=["solution"]
+# :::{dropdown} Solution to exercise 1
+# **General coins.** With the divisor $t-1$, $\beta_t = \frac{1}{t-1}\sum_{i<t} c_i$
+# is the plain mean of the past coins. After $n$ coins of $+1$ it is exactly 1, the
+# bettor stakes its whole wealth, and a coin of $-1$ leaves
+# $W = W_{n}(1 + c\,\beta) = W_n(1 - 1) = 0$: bankrupt, forever. Dividing by $t$ gives
+# $\beta = n/(n+1) < 1$ instead, and the wealth survives.
 #
+# **ACI's coins.** Now every coin lies in $[-\alpha, 1-\alpha]$, and so does their
+# mean: $-\alpha \le \beta_t \le 1-\alpha$ with either divisor. The wealth factor
+# $1 + c_t\beta_t$ is smallest when coin and fraction have opposite signs and the
+# largest magnitudes, $c_t\beta_t \ge -\alpha(1-\alpha)$, so
+# $$W_t \ge W_{t-1}\,\big(1 - \alpha(1-\alpha)\big) \ge \tfrac34\, W_{t-1},$$
+# since $\alpha(1-\alpha) \le \tfrac14$. The bound holds for every $\alpha$, also
+# $\alpha \to 0$, where the coins can no longer be negative at all. The bug is harmless
+# here because ACI's coins are lopsided: a bettor can never be all-in against a coin
+# of the opposite sign and full size.
+#
+# The code below replays both coin sequences, then runs the buggy bettor on the
+# showcase stream: its worst step factor sits on the bound (a cover right after a
+# miss), and its long-run gap is indistinguishable from the correct bettor's.
+# :::
+
+# %% tags=["solution", "hide-cell"]
+def kt_wealth_from_coins(coins, eps=1.0, off_by_one=False):
+    """Wealth path of the KT bettor fed the given coins (divisor t, or t - 1)."""
+    wealth, coin_sum, path = eps, 0.0, [eps]
+    for n, c in enumerate(coins):  # n coins seen so far
+        beta = coin_sum / (max(n, 1) if off_by_one else n + 1)
+        wealth, coin_sum = wealth * (1 + c * beta), coin_sum + c
+        path.append(wealth)
+    return np.array(path)
+
+
+def kt_off_by_one(scores, alpha, eps=1.0):
+    """KT-ACI with the divisor t - 1; also returns its smallest step factor."""
+    radius, wealth, coin_sum, worst = np.empty_like(scores), eps, 0.0, np.inf
+    for t in range(len(scores)):
+        beta = coin_sum / max(t, 1)
+        radius[t] = beta * wealth
+        coin = (scores[t] > radius[t]) - alpha
+        worst = min(worst, 1 + coin * beta)
+        wealth, coin_sum = wealth * (1 + coin * beta), coin_sum + coin
+    return radius, worst
+
+
+general = np.array([1.0] * 5 + [-1.0])  # five wins, then a full-size loss
+print("general coins, divisor t-1:", kt_wealth_from_coins(general, off_by_one=True)[-1],
+      " divisor t:", kt_wealth_from_coins(general)[-1])
+r_bug, worst_factor = kt_off_by_one(base_scores, alpha, initial_wealth)
+print(f"showcase stream: gap with the bug "
+      f"{float(miscoverage_gap(base_scores, r_bug, alpha)):.4f}, without "
+      f"{float(miscoverage_gap(base_scores, showcase['KT'], alpha)):.4f}; "
+      f"smallest step factor {worst_factor:.4f}")
+
+# %% tags=["solution", "hide-cell"]
+# the bound 1 - alpha (1 - alpha) derived above, less a rounding allowance
+S_STEP_FACTOR = 1 - alpha * (1 - alpha) - 1e-12
+icmlbook.solution_check("the buggy bettor's smallest step factor is at least "
+                        "1 - alpha (1 - alpha)", worst_factor, ">=", S_STEP_FACTOR)
+
+# %% [markdown] tags=["exercise"]
+# **2. Local adaptivity.** KT's fraction averages all past coins. Restart the bettor
+# every $k$ steps, or discount old coins, and measure the worst local coverage
+# deviation against the long-run gap. What does the change cost in Eq. 7?
+
+# %% [markdown] tags=["solution"]
+# :::{dropdown} Solution to exercise 2
+# **Restarts.** Cut the stream into blocks of $k$ steps and run a fresh bettor (wealth
+# $\varepsilon$, no past coins) on each. A block that starts after a changepoint no
+# longer drags the coins of the old regime along, so local coverage recovers faster.
+# With the learners broadcasting over a last axis, the restarted bettor is one call:
+# reshape the stream to $(k, T/k)$, one block per column.
+#
+# **The cost in Eq. 7.** Eq. 7 now holds per block: each block's coin sum is
+# $O(\sqrt{k \log k})$, and there are $T/k$ blocks, so
+# $$\Big|\sum_{t\le T} c_t\Big| \le \frac{T}{k}\, O\big(\sqrt{k\log k}\big)
+#   \quad\Longrightarrow\quad |\overline{\mathrm{err}}_T - \alpha|
+#   = O\Big(\sqrt{\tfrac{\log k}{k}}\Big).$$
+# The long-run gap no longer vanishes as $T \to \infty$: it settles at the level of a
+# single block, because every restart pays the bettor's warm-up again. Discounting
+# old coins by $\lambda = 1 - 1/k$ (an effective memory of $k$ steps) behaves alike
+# with a smaller price, as it keeps the wealth. Restarts or discounts buy local
+# adaptivity with the long-run guarantee; the code measures both sides with
+# $k$ equal to the window of the local coverage.
+# :::
+
+# %% tags=["solution", "hide-cell"]
+def kt_restarted(scores, alpha, k, eps=1.0):
+    """KT-ACI restarted every k steps (T a multiple of k): a fresh bettor per block."""
+    blocks = scores.reshape(-1, k).T  # (k, T / k): block b is column b
+    return kt_aci(blocks, alpha, eps)[0].T.reshape(-1)
+
+
+def kt_discounted(scores, alpha, lam, eps=1.0):
+    """KT-ACI whose coin sum and step count forget at rate lam per step."""
+    radius, wealth, coin_sum, count = np.empty_like(scores), eps, 0.0, 0.0
+    for t in range(len(scores)):
+        radius[t] = coin_sum / (count + 1) * wealth
+        coin = (scores[t] > radius[t]) - alpha
+        wealth = wealth + coin * radius[t]
+        coin_sum, count = lam * coin_sum + coin, lam * count + 1
+    return radius
+
+
+def worst_local(scores, radius):
+    """Worst deviation of the rolling coverage (window steps) from 1 - alpha."""
+    return float(np.max(np.abs(rolling_coverage(scores, radius, window) - (1 - alpha))))
+
+
+k_restart = window  # restart period: the window of the local coverage
+n_used = cfg.T // k_restart * k_restart
+sc_used = base_scores[:n_used]
+local_adapt = {
+    "KT": showcase["KT"][:n_used],
+    f"KT restarted every {k_restart}": kt_restarted(sc_used, alpha, k_restart),
+    f"KT discounted, memory {k_restart}": kt_discounted(sc_used, alpha,
+                                                         1 - 1 / k_restart),
+}
+for name, r in local_adapt.items():
+    print(f"{name:<28} worst local deviation {worst_local(sc_used, r):.3f}, "
+          f"long-run gap {float(miscoverage_gap(sc_used, r, alpha)):.4f}")
+
+# %% tags=["solution", "hide-cell"]
+# restarts must cut the worst local deviation by at least 15 % to count as a gain
+# (about 30 % measured on seeds 0-4 at both tiers)
+S_LOCAL_RATIO = 0.85
+local_ratio = worst_local(sc_used, local_adapt[f"KT restarted every {k_restart}"]) / \
+    worst_local(sc_used, local_adapt["KT"])
+icmlbook.solution_check("restarted KT's worst local deviation / plain KT's",
+                        local_ratio, "<=", S_LOCAL_RATIO)
+
+# %% [markdown] tags=["exercise"]
+# **3. Multi-step forecasting.** Forecast $h = 1, \dots, 5$ steps ahead with the naive
+# forecaster, run one KT learner per horizon, and check that each horizon's long-run
+# miscoverage converges to $\alpha$, although horizon $h$ only learns about step $t$
+# at step $t + h$.
+
+# %% [markdown] tags=["solution"]
+# :::{dropdown} Solution to exercise 3
+# The forecast of $y_{t+h}$ made at time $t$ is $y_t$, with score
+# $S^{(h)}_t = |y_{t+h} - y_t|$, and its outcome is known only at time $t+h$. A
+# learner that bets at every step would bet $h-1$ times without news of its last bet.
+# The standard way round the delay: run $h$ interleaved KT bettors for horizon $h$,
+# bettor $r$ taking the steps $t \equiv r \pmod h$. Bettor $r$'s previous step was
+# $t-h$, whose score is revealed exactly at time $t$: each bettor sees its feedback
+# before its next bet, so each is a plain KT bettor on its own stream of $T/h$ steps.
+#
+# Eq. 7 then holds for each of them, with $T/h$ in place of $T$, and the horizon's
+# miscoverage is the mean of theirs:
+# $$|\overline{\mathrm{err}}^{(h)}_T - \alpha| \le \max_r\,|\overline{\mathrm{err}}_r
+#   - \alpha| = O\Big(\sqrt{\tfrac{\log (T/h)}{T/h}}\Big)
+#   \xrightarrow[T\to\infty]{} 0 .$$
+# The delay costs a factor of about $\sqrt h$ in the rate, nothing in the limit. With
+# the learners broadcasting over a last axis, the $h$ bettors are one call: reshape the
+# stream to $(T/h, h)$. The code runs horizons 1 to 5 on a fresh stream and compares
+# each gap with its rate.
+# :::
+
+# %% tags=["solution", "hide-cell"]
+def kt_horizon(scores, alpha, h, eps=1.0):
+    """h interleaved KT bettors; bettor r takes the steps t = r mod h (h divides T)."""
+    return kt_aci(scores.reshape(-1, h), alpha, eps)[0].reshape(-1)
+
+
+def ar1_path(T, rng, sigmas=SIGMAS, phi=0.8):
+    """The AR(1) series of the chapter's streams itself, y_0 .. y_T."""
+    segments = np.minimum(np.arange(T) * len(sigmas) // T, len(sigmas) - 1)
+    noise = np.asarray(sigmas)[segments] * rng.standard_normal(T)
+    y = np.zeros(T + 1)
+    for t in range(T):
+        y[t + 1] = phi * y[t] + noise[t]
+    return y
+
+
+y_multi = ar1_path(cfg.T, run.rng("multi-step exercise"))
+horizon_ratio = {}
+for h in range(1, 6):
+    sc_h = np.abs(y_multi[h:] - y_multi[:-h])  # naive forecast y_t of y_{t+h}
+    sc_h = sc_h[: len(sc_h) // h * h]
+    g = float(miscoverage_gap(sc_h, kt_horizon(sc_h, alpha, h), alpha))
+    per_bettor = len(sc_h) / h
+    horizon_ratio[h] = g / np.sqrt(np.log(per_bettor) / per_bettor)
+    print(f"h = {h}: long-run gap {g:.4f}, Eq. 7's rate with T/h steps "
+          f"{np.sqrt(np.log(per_bettor) / per_bettor):.4f}")
+
+# %% tags=["solution", "hide-cell"]
+# every horizon's gap within half of Eq. 7's sqrt(log n / n), n = T/h steps per
+# bettor (about a quarter of it measured on seeds 0-4 at both tiers)
+S_RATE_FRACTION = 0.5
+icmlbook.solution_check("worst horizon's gap / sqrt(log(T/h) / (T/h))",
+                        max(horizon_ratio.values()), "<=", S_RATE_FRACTION)
+
+# %% [markdown]
 # ## References
 #
 # - A. Podkopaev, D. Xu, K. Lee. Adaptive Conformal Inference by Betting. ICML 2024.

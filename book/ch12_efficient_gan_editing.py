@@ -36,10 +36,17 @@
 # by a simple search. (iii) Send to the teacher only a small, diverse subset of the
 # source images, picked by k-means.
 #
-# **The claim.** Per concept, a small fraction of the weights and of the data, and less
-# training time, reach the quality of fine-tuning the whole generator, and beat training
-# one from scratch. **What stands in for the paper, and what is ours.** The teacher is
-# not a diffusion model: it is an exact *procedural editor* on 8×8 procedurally drawn
+# **The claim.** In the abstract's words: a base GAN with generalized features is
+# "adaptable to different concepts through fine-tuning, eliminating the need for
+# training from scratch"; LoRA on crucial layers "with a simple yet effective rank
+# search process, rather than fine-tuning the entire base model", and "the minimal
+# amount of data necessary for fine-tuning", give "remarkably reduced training and
+# storage costs for each concept"; the project page adds that this fine-tunes "only
+# 1% weights with only portion of training data". The claims below test these three
+# headlines at toy scale, and the paper's verdict is given with them.
+#
+# **What stands in for the paper, and what is ours.** The teacher is not a diffusion
+# model: it is an exact *procedural editor* on 8×8 procedurally drawn
 # RGB images (flips, a circular shift, inversion, gamma, a channel swap and
 # compositions of two of them). Its edits are exact and cheap, so this chapter tests
 # the *training-efficiency mechanics* (transfer from a multi-concept base, LoRA on
@@ -51,7 +58,10 @@
 # sampling) follows the paper's layout at a toy size, with mobile-style depthwise-
 # separable residual blocks. Reconstructed, not taken from the paper's text: the rule
 # that ranks layer groups as crucial (gain per trained parameter on a probe concept),
-# the rank-search stopping rule, the loss weights and every step count.
+# the rank-search stopping rule, the loss weights and every step count. Ours too: the
+# budgets (training from scratch gets three times the fine-tuning steps and its own
+# learning-rate grid) and the cost measure (operations per training step, not
+# seconds).
 
 # %% tags=["parameters"]
 tier = "default"  # smoke | default | full: size of the experiment
@@ -75,8 +85,8 @@ check_range("rank_tol", rank_tol, 0.0, 1.0)
 #
 # Everything runs on one CPU thread. The tier sets the fine-tuning steps per arm, the
 # length of the crucial-layer search and the number of held-out images. The full tier
-# doubles the fine-tuning steps and uses more test images; at seed 0 it also retrains
-# the shipped base model (below). Nothing in it needs a GPU.
+# doubles the fine-tuning steps, uses more test images and trains a base model of its
+# own for every seed (below). Nothing in it needs a GPU.
 
 # %%
 import copy
@@ -88,6 +98,7 @@ import matplotlib.pyplot as plt
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.utils.flop_counter import FlopCounterMode
 
 import icmlbook
 
@@ -96,11 +107,14 @@ run = icmlbook.start("12_efficient_gan_editing", tier=tier, seed=seed,
 icmlbook.use_style()
 cfg = run.pick(
     smoke=dict(base_steps=6, cached_base=False, ft_steps=2, search_steps=1,
-               n_test=48, n_val=24, pool=32, widget_steps=1, bench_steps=1),
+               n_test=48, n_val=24, pool=32, widget_steps=1, bench_steps=1,
+               restarts=2),
     default=dict(base_steps=4000, cached_base=True, ft_steps=100, search_steps=40,
-                 n_test=400, n_val=200, pool=400, widget_steps=30, bench_steps=10),
-    full=dict(base_steps=4000, cached_base=True, ft_steps=200, search_steps=120,
-              n_test=1000, n_val=400, pool=400, widget_steps=80, bench_steps=40),
+                 n_test=400, n_val=200, pool=400, widget_steps=30, bench_steps=10,
+                 restarts=3),
+    full=dict(base_steps=4000, cached_base=False, ft_steps=200, search_steps=120,
+              n_test=1000, n_val=400, pool=400, widget_steps=80, bench_steps=40,
+              restarts=3),
 )
 N_SEL = min(n_pairs, cfg.pool)  # the smoke tier's pool is smaller
 SIZE = 8  # images are SIZE x SIZE RGB in [-1, 1]
@@ -109,7 +123,9 @@ BATCH = 32
 L1_WEIGHT = 100.0  # lambda_L1 in Eq. 1 (pix2pix's value)
 ADV_WEIGHT = 1.0  # weight of the adversarial term in Eq. 1
 LR_BASE = 2e-3  # peak learning rate of the base model (one-cycle schedule)
-LR_FULL = (1e-3, 3e-3)  # scratch and full fine-tuning: the better one on validation
+LR_FULL = (3e-4, 1e-3, 3e-3)  # full fine-tuning: the best one on validation
+LR_SCRATCH = (3e-3, 1e-2, 3e-2)  # training from scratch: the best one on validation
+SCRATCH_X = 3  # training from scratch gets SCRATCH_X times the fine-tuning steps
 LR_LORA = 1e-2  # LoRA adapters (not tuned)
 RANKS = (1, 2, 4, 8)  # ranks the search tries, ascending
 SEARCH_RANK = 4  # rank of the per-group LoRA in the crucial-layer search
@@ -242,8 +258,10 @@ def teacher(x, c):
 
 # %%
 NAMES = tuple(PRIMITIVES)
+TOKEN_SEED = 1234  # the "text encoder": fixed, the same tokens for every seed
 TOKENS = F.normalize(torch.randn(len(NAMES) + 1, D_TEXT,
-                                 generator=torch.Generator().manual_seed(1234)), dim=-1)
+                                 generator=torch.Generator().manual_seed(TOKEN_SEED)),
+                     dim=-1)
 
 
 def embed(c):
@@ -541,24 +559,24 @@ def coverage(pool, idx):
 #
 # The base GAN is trained on the eight base concepts, with a fresh batch from the
 # teacher at every step. That is the slow part (several minutes on a busy 2-core CPU
-# at the full tier's `base_steps`), and the paper trains its base once for all future
-# concepts, so this book does the same: the full tier at seed 0 trains it and writes
-# `book/ch12_base_gan.pt` (0.15 MB), and the other runs load that file; every seed
-# then re-draws everything else (images, data pool, probe data, adapters). The smoke
-# tier trains a tiny base of its own. `icmlbook run 12 --tier full --seed 0`
-# regenerates the file (about ten minutes on a busy 2-core CPU).
+# at `base_steps`), and the paper trains its base once for all future concepts, so the
+# default tier does the same: it loads `book/ch12_base_gan.pt` (0.15 MB), a base
+# trained once with this chapter's `train_base` (4000 steps, at seed 0, with an
+# earlier seeding of its random numbers). Every default seed therefore starts from
+# the *same* base and re-draws everything else (images, data pool, probe data,
+# adapters, the arms from scratch). The full tier trains a base of its own for every
+# seed and writes it to the system's temporary folder (copy it next to the notebook
+# to replace the shipped one); the smoke tier trains a tiny one.
 
 # %%
-BASE_FILE = "ch12_base_gan.pt"  # next to this notebook
-BASE_SEED = 0  # the seed of the shipped base model
+BASE_FILE = "ch12_base_gan.pt"  # next to this notebook, shipped with the book
 
 
-def train_base(steps, base_seed):
-    """The base G and D, trained with Eq. 1 on the base concepts: (G, D, seconds)."""
-    torch.manual_seed(base_seed)
+def train_base(steps, gen):
+    """The base G and D, trained with Eq. 1 on the base concepts: (G, D, seconds).
+    Their initial weights come from the global generator (seed it first)."""
     G, D = Generator(), Discriminator()
-    g = torch.Generator().manual_seed(base_seed + 1)
-    seconds = train_gan(G, D, base_sampler(BASE_CONCEPTS), steps, LR_BASE, g)
+    seconds = train_gan(G, D, base_sampler(BASE_CONCEPTS), steps, LR_BASE, gen)
     return G, D, seconds
 
 
@@ -581,27 +599,29 @@ def load_base(path):
 
 # %%
 import os
+import tempfile
 
-gen = torch.Generator().manual_seed(seed)
-x_check = make_images(16, gen)
+x_check = make_images(16, run.generator("teacher check"))
 teacher_err = max(
     float((teacher(x_check, "flipV+invert") - (-x_check.flip(-2))).abs().max()),
     float((teacher(teacher(x_check, "flipH"), "flipH") - x_check).abs().max()),
     float((teacher(teacher(x_check, "invert"), "invert") - x_check).abs().max()))
-regenerate = tier == "full" and seed == BASE_SEED  # this run writes the file
-if cfg.cached_base and not regenerate and os.path.exists(BASE_FILE):
+if cfg.cached_base:
     G_base, D_base, base_steps = load_base(BASE_FILE)
     base_seconds = 0.0
-    print(f"loaded the base model ({base_steps} steps, seed {BASE_SEED}) from "
-          f"{BASE_FILE}")
+    print(f"loaded the shipped base model ({base_steps} steps) from {BASE_FILE}")
 else:
-    G_base, D_base, base_seconds = train_base(cfg.base_steps, seed)
+    run.reseed("base init")
+    G_base, D_base, base_seconds = train_base(cfg.base_steps,
+                                              run.generator("base batches"))
     base_steps = cfg.base_steps
-    if regenerate:
-        save_base(G_base, D_base, BASE_FILE, base_steps)
+    if tier == "full":
+        base_path = os.path.join(tempfile.gettempdir(), f"ch12_base_gan_s{seed}.pt")
+        save_base(G_base, D_base, base_path, base_steps)
+        print(f"trained a base model for this seed; saved to {base_path}")
 n_gen = trainable(G_base)
-test_x = make_images(cfg.n_test, torch.Generator().manual_seed(10_000 + seed))
-val_x = make_images(cfg.n_val, torch.Generator().manual_seed(20_000 + seed))
+test_x = make_images(cfg.n_test, run.generator("test images"))
+val_x = make_images(cfg.n_val, run.generator("validation images"))
 base_l1 = {c: held_out_l1(G_base, c, test_x) for c in BASE_CONCEPTS}
 zero_shot = {c: held_out_l1(G_base, c, test_x) for c in NEW_CONCEPTS}
 print(f"generator: {n_gen:,} parameters; base: {base_steps} steps "
@@ -619,9 +639,9 @@ print("new concepts zero-shot:     "
 # random. Coverage is how far a pool image lies from its nearest picked one.
 
 # %%
-pool = make_images(cfg.pool, gen)
-pick_km = kmeans_subset(pool, N_SEL, gen)
-pick_rand = torch.randperm(cfg.pool, generator=gen)[:N_SEL]
+pool = make_images(cfg.pool, run.generator("pool"))
+pick_km = kmeans_subset(pool, N_SEL, run.generator("k-means"))
+pick_rand = torch.randperm(cfg.pool, generator=run.generator("random subset"))[:N_SEL]
 cover_ratio = coverage(pool, pick_km) / coverage(pool, pick_rand)
 train_km, train_rand = pool[pick_km], pool[pick_rand]
 print(f"{N_SEL} of {cfg.pool} pool images; coverage k-means / random "
@@ -629,35 +649,39 @@ print(f"{N_SEL} of {cfg.pool} pool images; coverage k-means / random "
 
 
 # %% [markdown]
-# Every arm below sees the same minibatch order (its own generator, seeded alike), the
-# same pairs and the same number of steps. A transfer arm starts from the base
+# Every arm below sees the same minibatch order (the run's "minibatches" stream, drawn
+# afresh for each arm) and the same pairs. A transfer arm starts from the base
 # generator and a copy of the base discriminator; the arm from scratch starts from
-# fresh ones.
+# fresh ones (the run's "scratch init" stream). The budgets are stated plainly: LoRA
+# and full fine-tuning get `ft_steps` steps; training from scratch gets `SCRATCH_X`
+# times as many, since it starts from nothing, and the best of its own learning-rate
+# grid, whose middle value is the one that wins on most seeds. Each arm's learning rate
+# is picked on validation images.
 
 # %%
-def arm_gen():
-    return torch.Generator().manual_seed(seed + 100)
-
-
-def fine_tune_full(xs, c, lr, scratch=False):
+def fine_tune_full(xs, c, lr, steps, scratch=False, restart=0):
     """Full fine-tuning of the base (or training from scratch): (G, seconds)."""
-    torch.manual_seed(seed + 200)
-    G, D = ((Generator(), Discriminator()) if scratch
-            else (copy.deepcopy(G_base), copy.deepcopy(D_base)))
-    return G, train_gan(G, D, pair_sampler(xs, c), cfg.ft_steps, lr, arm_gen())
+    if scratch:
+        run.reseed(f"scratch init {restart}")
+        G, D = Generator(), Discriminator()
+    else:
+        G, D = copy.deepcopy(G_base), copy.deepcopy(D_base)
+    return G, train_gan(G, D, pair_sampler(xs, c), steps, lr,
+                        run.generator(f"minibatches {restart}"))
 
 
-def fine_tune_lora(xs, c, layers, r, steps=None):
+def fine_tune_lora(xs, c, layers, r, steps=None, restart=0):
     """LoRA of rank r on the named layers of the frozen base: (G, seconds)."""
-    G = with_lora(G_base, layers, r, gen=torch.Generator().manual_seed(seed + 300))
+    G = with_lora(G_base, layers, r, gen=run.generator(f"lora init {restart}"))
     seconds = train_gan(G, copy.deepcopy(D_base), pair_sampler(xs, c),
-                        steps or cfg.ft_steps, LR_LORA, arm_gen())
+                        steps or cfg.ft_steps, LR_LORA,
+                        run.generator(f"minibatches {restart}"))
     return G, seconds
 
 
-def tuned_full(xs, c, scratch=False):
-    """The better learning rate of LR_FULL on validation images: (G, seconds, lr)."""
-    runs = [(*fine_tune_full(xs, c, lr, scratch), lr) for lr in LR_FULL]
+def tuned(xs, c, lrs, steps, scratch=False):
+    """The best learning rate of lrs on validation images: (G, seconds, lr)."""
+    runs = [(*fine_tune_full(xs, c, lr, steps, scratch), lr) for lr in lrs]
     return min(runs, key=lambda t: held_out_l1(t[0], c, val_x))
 
 
@@ -668,7 +692,7 @@ def tuned_full(xs, c, scratch=False):
 # layer group alone gets rank-4 LoRA for `search_steps` steps.
 
 # %%
-probe_x = make_images(N_SEL, gen)
+probe_x = make_images(N_SEL, run.generator("probe images"))
 probe_zero = held_out_l1(G_base, PROBE, val_x)
 group_score, group_gain = {}, {}
 for g_name, layers in icmlbook.progress(LAYER_GROUPS.items(), desc="layer search"):
@@ -687,20 +711,28 @@ print("crucial:", " + ".join(crucial_groups))
 
 # %% [markdown]
 # ### Rank search (Eq. 5), full fine-tuning and training from scratch
-#
+
+# %%
+def rank_search(val_by_rank, tol):
+    """Eq. 5: the smallest rank within a factor (1 + tol) of the best validation L1."""
+    best = min(val_by_rank.values())
+    return min(r for r, v in val_by_rank.items() if v <= (1 + tol) * best)
+
+
+# %% [markdown]
 # LoRA on the crucial layers at each rank, on the k-means pairs of the target concept;
 # the rank is chosen on validation images, and all quality numbers below are on the
-# held-out test images. Full fine-tuning and training from scratch each get the better
-# of two learning rates on the same validation images.
+# held-out test images. Full fine-tuning and training from scratch each get the best
+# of three learning rates on the same validation images.
 
 # %%
 lora_runs = {r: fine_tune_lora(train_km, concept, CRUCIAL, r) for r in RANKS}
 val_by_rank = {r: held_out_l1(G, concept, val_x) for r, (G, _) in lora_runs.items()}
-best_val = min(val_by_rank.values())
-r_star = min(r for r in RANKS if val_by_rank[r] <= (1 + rank_tol) * best_val)  # Eq. 5
+r_star = rank_search(val_by_rank, rank_tol)  # Eq. 5
 G_lora, lora_seconds = lora_runs[r_star]
-G_full, full_seconds, lr_full = tuned_full(train_km, concept)
-G_scratch, scratch_seconds, lr_scratch = tuned_full(train_km, concept, scratch=True)
+G_full, full_seconds, lr_full = tuned(train_km, concept, LR_FULL, cfg.ft_steps)
+G_scratch, scratch_seconds, lr_scratch = tuned(train_km, concept, LR_SCRATCH,
+                                               SCRATCH_X * cfg.ft_steps, scratch=True)
 p_crucial = lora_count(G_base, CRUCIAL, r_star)
 r_else = max([r for r in range(1, 65) if lora_count(G_base, ELSEWHERE, r) <= p_crucial]
              or [1])
@@ -709,7 +741,8 @@ G_rand, _ = fine_tune_lora(train_rand, concept, CRUCIAL, r_star)
 print("rank search, validation L1: "
       + ", ".join(f"r={r} {v:.4f}" for r, v in val_by_rank.items())
       + f" -> r* = {r_star}")
-print(f"learning rates: full fine-tune {lr_full:g}, from scratch {lr_scratch:g}")
+print(f"learning rates: full fine-tune {lr_full:g} of {LR_FULL}, from scratch "
+      f"{lr_scratch:g} of {LR_SCRATCH} ({SCRATCH_X * cfg.ft_steps} steps)")
 
 # %% [markdown]
 # ### Quality against trainable parameters and time
@@ -736,19 +769,84 @@ print(f"LoRA elsewhere: rank {r_else} on "
       + ", ".join(ranked[-N_CRUCIAL:]))
 
 # %% [markdown]
-# Time: the seconds each arm took are noisy on a shared machine, so the claim below
-# uses the CPU time of this process per step: LoRA at rank $r^\star$ and full
-# fine-tuning run `bench_steps` steps in turn, five times each, and the ratio is that
-# of their medians (interleaving cancels slow drifts of a busy machine). LoRA saves the
-# backward pass below the first adapted layer and the optimiser work on all frozen
-# weights.
+# One training run is noisy (its minibatch order, its adapters' start), and the claims
+# compare arms within a few percent of each other, so the arms they compare are
+# trained `restarts` times each, with fresh streams, and their held-out errors
+# averaged: LoRA at the searched rank and at the smallest and largest ranks, and full
+# fine-tuning at its chosen learning rate. The rank search itself and the table above
+# use the first run.
 
 # %%
+def mean_l1(first, retrain):
+    """Mean held-out L1 of the run `first` and of retrain(k), k = 1..restarts-1."""
+    runs = [first] + [retrain(k) for k in range(1, cfg.restarts)]
+    return float(np.mean([held_out_l1(G, concept, test_x) for G in runs]))
+
+
+mean_by_rank = {r: mean_l1(lora_runs[r][0], lambda k: fine_tune_lora(
+    train_km, concept, CRUCIAL, r, restart=k)[0])
+    for r in sorted({r_star, min(RANKS), max(RANKS)})}
+mean_full = mean_l1(G_full, lambda k: fine_tune_full(train_km, concept, lr_full,
+                                                     cfg.ft_steps, restart=k)[0])
+print(f"mean held-out L1 over {cfg.restarts} runs: "
+      + ", ".join(f"LoRA r={r} {v:.4f}" for r, v in mean_by_rank.items())
+      + f", full fine-tune {mean_full:.4f}")
+
+# %% [markdown]
+# ### How much the number of pairs matters
+#
+# The comparison with training from scratch depends on how many pairs there are: with
+# few pairs a network from scratch overfits them, with many it can learn the edit
+# itself. The same two arms again, on *every* image of the pool (`pool` pairs instead
+# of `n_pairs`), with the learning rate each picked above:
+
+# %%
+G_lora_all, _ = fine_tune_lora(pool, concept, CRUCIAL, r_star)
+G_scratch_all, _ = fine_tune_full(pool, concept, lr_scratch, SCRATCH_X * cfg.ft_steps,
+                                  scratch=True)
+l1_lora_all = held_out_l1(G_lora_all, concept, test_x)
+l1_scratch_all = held_out_l1(G_scratch_all, concept, test_x)
+vs_scratch_all = l1_lora_all / l1_scratch_all
+subset_vs_all = quality["LoRA on crucial layers"] / l1_lora_all
+print(f"{cfg.pool} pairs: LoRA {l1_lora_all:.4f}, from scratch {l1_scratch_all:.4f} "
+      f"(ratio {vs_scratch_all:.3f}; with {N_SEL} pairs "
+      f"{quality['LoRA on crucial layers'] / quality['from scratch']:.3f}); LoRA on "
+      f"{N_SEL} k-means pairs / on all {cfg.pool}: {subset_vs_all:.3f}")
+
+# %% [markdown]
+# Training cost. Seconds are noisy on a shared machine (two runs of the same seed
+# differ in the second digit), so the claim counts work instead: the floating-point
+# operations of one training step (forward and backward of generator and
+# discriminator, as torch's `FlopCounterMode` counts matrix products and
+# convolutions), for LoRA at rank $r^\star$ and for full fine-tuning. LoRA skips the
+# weight gradients of every frozen layer and the backward pass below the first adapted
+# layer, but adds its own small products. The count depends only on the layers and the
+# rank, not on the machine. The CPU time per step is measured too and recorded as a
+# finding: LoRA and full fine-tuning run `bench_steps` steps in turn, five times each,
+# and the ratio is that of their medians.
+
+# %%
+def flops_per_step(G, D, sample, gen):
+    """Floating-point operations of one training step of Eq. 1 (G and D)."""
+    with FlopCounterMode(display=False) as counter:
+        train_gan(G, D, sample, 1, 1e-3, gen)
+    return counter.get_total_flops()
+
+
+sample_km = pair_sampler(train_km, concept)
+flops_lora = flops_per_step(with_lora(G_base, CRUCIAL, r_star), copy.deepcopy(D_base),
+                            sample_km, run.generator("minibatches"))
+flops_full = flops_per_step(copy.deepcopy(G_base), copy.deepcopy(D_base), sample_km,
+                            run.generator("minibatches"))
+flop_ratio = flops_lora / flops_full
+
+
 def cpu_seconds_per_step(make):
     """CPU seconds per training step of one short run of a fresh (G, D) = make()."""
     G, D = make()
     t0 = time.process_time()
-    train_gan(G, D, pair_sampler(train_km, concept), cfg.bench_steps, 1e-3, arm_gen())
+    train_gan(G, D, pair_sampler(train_km, concept), cfg.bench_steps, 1e-3,
+              run.generator("minibatches"))
     return (time.process_time() - t0) / cfg.bench_steps
 
 
@@ -760,9 +858,11 @@ for _ in range(5):
         lambda: (copy.deepcopy(G_base), copy.deepcopy(D_base))))
 step_lora, step_full = (float(np.median(timings[k])) for k in ("lora", "full"))
 time_ratio = step_lora / step_full
+print(f"FLOPs per step: LoRA {flops_lora / 1e6:.2f} M, full {flops_full / 1e6:.2f} M "
+      f"(ratio {flop_ratio:.3f})")
 print(f"CPU ms per step: LoRA {1e3 * step_lora:.1f}, full {1e3 * step_full:.1f} "
       f"(ratio {time_ratio:.2f}); wall s per arm: LoRA {lora_seconds:.1f}, full "
-      f"{full_seconds:.1f}, scratch {scratch_seconds:.1f}")
+      f"{full_seconds:.1f}, scratch {scratch_seconds:.1f} ({SCRATCH_X}x the steps)")
 
 # %% [markdown]
 # ### What must hold if the code is right
@@ -776,7 +876,7 @@ print(f"CPU ms per step: LoRA {1e3 * step_lora:.1f}, full {1e3 * step_full:.1f} 
 # %%
 with torch.no_grad():
     e_t = embed(concept).expand(len(test_x), -1, -1)
-    fresh = with_lora(G_base, CRUCIAL + ELSEWHERE, 4, gen=torch.Generator())
+    fresh = with_lora(G_base, CRUCIAL + ELSEWHERE, 4, gen=run.generator("lora init"))
     frozen = copy.deepcopy(G_base).requires_grad_(False)
     init_err = float((fresh(test_x, e_t) - frozen(test_x, e_t)).abs().max())
     merge_err = float((merge_lora(G_lora)(test_x, e_t) - G_lora(test_x, e_t))
@@ -789,23 +889,33 @@ print(f"B = 0: max |LoRA - base| = {init_err:.1e}; merged vs unmerged "
 # %% [markdown]
 # ## Claims
 #
-# The thresholds were fixed on seeds 0-1 of a first run of this design, before the
-# sweep over seeds 0-9; each line says what it was calibrated on. Paper claims first,
-# each against a baseline or an ablation, then checks. Changed after a failure: the
-# crucial layers against adapters elsewhere was first a paper claim (L1 ratio <= 0.97);
-# it fell short on both of those seeds, and is now a reported result (below). The time
-# claim's bar was 0.9, which seed 0 of the first sweep missed (with a single
-# best-of-three timing on a busy machine): the bar is now the paper's "less time", 1.0,
-# and the timing interleaves five runs of each and compares medians. That the search
-# picks a small rank is a check: it tells whether the search works, not whether a
-# small rank is enough, which the claim against the largest rank measures.
+# Paper claims first, each against a baseline or an ablation, then checks, then
+# findings: what the paper states and this book measures without claiming it. Every
+# threshold was set on the calibration seeds 0-9 (or before any run, where its line
+# says so) and frozen before the confirmation seeds 10-19 were run. The training cost
+# was first a paper claim on the CPU time per step (bar 0.9), which one seed of an
+# early sweep missed; the CPU time is now a finding, and the operation count of a
+# step, fixed by the architecture and the searched rank, is a check, not evidence.
+# The crucial layers against adapters elsewhere was first a paper claim, which
+# failed on the first seeds run; it is now a finding. Two claims are weaker than the
+# paper's words and say so in their strength: LoRA is *no worse than* full
+# fine-tuning up to a tolerance (the paper: comparable quality), and the smallest rank
+# is no worse than the largest up to a tolerance. On the calibration seeds, single
+# runs of these two comparisons came within 5 % of their bars (the rank claim's bar
+# was then 1.12); both now average `restarts` runs of each arm, and the rank claim
+# takes the same 15 % tolerance as the claim against full fine-tuning. That the rank
+# search picks a small rank is a check (it tells whether the search works), not
+# evidence; the claim on ranks compares the smallest rank with the largest, whatever
+# the search picks, so that it can fail.
 
 # %% tags=["thresholds"]
-C_VS_FULL = 1.15  # L1 LoRA(r*) / full fine-tune, set a priori; first run 1.06-1.07
-C_VS_SCRATCH = 0.85  # L1 LoRA(r*) / from scratch, 40 pairs; first run 0.73-0.76
-C_RANK_LOSS = 1.12  # test L1 at r* / rank 8: delta = 0.1 on validation + test noise
-C_RANK = 4  # r* <= 4 of ranks 1-8; first run picked 1
-C_TIME = 1.0  # CPU per step LoRA / full: "less time"; first run 0.73-0.77, 0.92
+C_VS_FULL = 1.15  # L1 LoRA(r*) / full fine-tune, "comparable" within 15 %: a priori
+C_VS_SCRATCH = 0.95  # L1 LoRA(r*) / scratch with 3x steps; seeds 0-9: 0.80-0.88
+C_RANK_LOSS = 1.15  # L1 rank 1 / rank 8, the tolerance of C_VS_FULL; was 1.12 (above)
+# operations per step LoRA / full: a count fixed by the architecture and r*, so a
+# check (the training cost itself is the CPU-time finding); was a CPU-time bar of 0.9
+C_FLOPS = 1.0
+C_RANK = 4  # r* <= 4 of ranks 1-8 (a check); r* was 1 on every seed of 0-9
 C_FRACTION = 0.10  # trainable share of LoRA(r*) in G (the paper: about 1 %)
 C_BASE = 0.2  # mean held-out L1 of the base on its concepts; the shipped base 0.13
 C_INIT = 0.0  # B = 0: the adapted generator equals the base exactly
@@ -813,24 +923,28 @@ C_MERGE = 1e-5  # merged vs unmerged outputs, float32 rounding
 C_COUNT = 0  # Eq. 3 against the counted trainable parameters
 C_TEACHER = 0.0  # composition and involutions of the teacher, exact
 C_COVER = 1.0  # coverage k-means / random: k-means covers the pool better
+# the paper's verdict follows icmlbook.verdicts' rule, fixed before the final sweep
 
 # %%
-l1_lora, l1_full = quality["LoRA on crucial layers"], quality["full fine-tune"]
+l1_lora, l1_full = mean_by_rank[r_star], mean_full  # means over the restarts
 run.claim("LoRA(r*) vs full fine-tune: L1 ratio", l1_lora / l1_full, "<=", C_VS_FULL,
           "LoRA on the crucial layers at the searched rank comes close to fine-tuning "
           "the whole generator", versus="baseline",
-          against="full fine-tune of the base, same pairs, steps and tuned lr")
-run.claim("LoRA(r*) vs from scratch: L1 ratio", l1_lora / quality["from scratch"],
-          "<=", C_VS_SCRATCH, "With little data and few steps, the base beats "
-          "training a GAN from scratch", versus="baseline",
-          against="pix2pix-style training from scratch, same pairs, steps, tuned lr")
-run.claim("rank search: L1 at r* / at the largest rank",
-          test_by_rank[r_star] / test_by_rank[max(RANKS)], "<=", C_RANK_LOSS,
-          "The searched rank loses little against the largest rank", versus="ablation",
-          against="LoRA at the largest rank searched (8), same layers")
-run.claim("LoRA vs full: CPU time per step", time_ratio, "<=", C_TIME,
-          "A LoRA step costs less than a full fine-tuning step", versus="baseline",
-          against="full fine-tune step, same batch")
+          against="full fine-tune of the base, same pairs, steps and tuned lr",
+          strength="non-inferiority", provenance="a priori", strict=1.0)
+run.claim("LoRA(r*) vs from scratch (3x steps): L1 ratio",
+          l1_lora / quality["from scratch"], "<=", C_VS_SCRATCH,
+          "Fine-tuning the base beats training a GAN from scratch, even with three "
+          "times the steps", versus="baseline",
+          against="pix2pix-style training from scratch, same pairs, 3x the steps, "
+                  "tuned lr", strength="superiority", provenance="calibrated")
+run.claim("rank 1 vs rank 8: L1 ratio", mean_by_rank[min(RANKS)] / mean_by_rank[
+          max(RANKS)], "<=", C_RANK_LOSS, "The smallest rank searched loses little "
+          "against the largest", versus="ablation",
+          against="LoRA at the largest rank searched (8), same layers",
+          strength="non-inferiority", provenance="calibrated", strict=1.0)
+run.check("LoRA(r*) vs full: operations per step", flop_ratio, "<=", C_FLOPS,
+          "a LoRA training step counts fewer operations than a full fine-tuning step")
 run.check("rank search: r*", r_star, "<=", C_RANK, "the rank search picks a small rank")
 run.check("trainable share of LoRA(r*)", p_crucial / n_gen, "<=", C_FRACTION,
           "the adapters are a small fraction of the generator")
@@ -846,15 +960,58 @@ run.check("teacher: composition and involutions", teacher_err, "<=", C_TEACHER,
           "the editor's premises")
 run.check("coverage k-means / random", cover_ratio, "<=", C_COVER,
           "the k-means subset spreads over the pool")
+crucial_vs_else = quality["LoRA on crucial layers"] / quality["LoRA elsewhere"]
+km_vs_rand = quality["LoRA on crucial layers"] / quality["LoRA, random subset"]
+run.finding("LoRA vs from scratch, whole pool: L1 ratio", vs_scratch_all, "<=", 1.0,
+            paper="a base model adaptable through fine-tuning eliminates the need for "
+                  "training from scratch", shows="with ten times the pairs, whether "
+                  "the base still beats a GAN trained from scratch")
+run.finding("crucial vs lowest-scoring groups: L1 ratio", crucial_vs_else, "<=", 1.0,
+            paper="LoRA on the crucial layers", shows="the crucial groups against "
+            "the two lowest-scoring ones at no more parameters, a comparison chosen "
+            "after the registered one (against all other groups) failed")
+run.finding("trainable share vs the paper's 1 %", p_crucial / n_gen, "<=", 0.01,
+            paper="fine-tuning only 1% weights (project page)", shows="the share "
+                  "of a 23 k-parameter generator that rank-1 adapters on two groups "
+                  "train")
+run.finding("k-means vs random subset: L1 ratio", km_vs_rand, "<=", 1.0,
+            paper="a small subset chosen by clustering suffices", shows="whether "
+            "k-means pairs train better than as many random ones")
+run.finding("k-means subset vs whole pool: L1 ratio", subset_vs_all, "<=", C_VS_FULL,
+            paper="the minimal amount of data necessary for fine-tuning", shows="LoRA "
+            "on one tenth of the pool against LoRA on all of it, within the tolerance "
+            "of the claim against full fine-tuning")
+run.finding("LoRA vs full: CPU time per step", time_ratio, "<=", 1.0,
+            paper="remarkably reduced training costs", shows="the measured CPU time "
+            "of a step, which varies from run to run on a shared machine")
+run.headline("no training from scratch", "a base GAN model with generalized "
+             "features, adaptable to different concepts through fine-tuning, "
+             "eliminating the need for training from scratch", "Abstract",
+             claims=["LoRA(r*) vs from scratch (3x steps): L1 ratio"],
+             findings=["LoRA vs from scratch, whole pool: L1 ratio"])
+run.headline("LoRA on crucial layers with a rank search", "LoRA on crucial layers "
+             "with a simple yet effective rank search process, rather than "
+             "fine-tuning the entire base model; only 1% of the weights fine-tuned, "
+             "with remarkably reduced training and storage costs",
+             "Abstract; project page, overview figure",
+             claims=["LoRA(r*) vs full fine-tune: L1 ratio",
+                     "rank 1 vs rank 8: L1 ratio"],
+             findings=["crucial vs lowest-scoring groups: L1 ratio",
+                       "trainable share vs the paper's 1 %",
+                       "LoRA vs full: CPU time per step"])
+run.headline("minimal data", "the minimal amount of data necessary for fine-tuning, "
+             "further reducing the overall training time", "Abstract",
+             findings=["k-means vs random subset: L1 ratio",
+                       "k-means subset vs whole pool: L1 ratio"])
 run.metric("quality", quality)
 run.metric("params", params)
 run.metric("test_by_rank", test_by_rank)
 run.metric("val_by_rank", val_by_rank)
 run.metric("crucial_groups", crucial_groups)
 run.metric("group_score", group_score)
-run.metric("crucial_vs_elsewhere", l1_lora / quality["LoRA elsewhere"])
-run.metric("kmeans_vs_random", quality["LoRA on crucial layers"]
-           / quality["LoRA, random subset"])
+run.metric("learning_rates", dict(full=lr_full, scratch=lr_scratch))
+run.metric("whole_pool", dict(lora=l1_lora_all, scratch=l1_scratch_all))
+run.metric("flops", dict(lora=flops_lora, full=flops_full))
 run.metric("zero_shot_vs_lora", zero_shot[concept] / l1_lora)
 run.metric("seconds", dict(base=base_seconds, lora=lora_seconds, full=full_seconds,
                            scratch=scratch_seconds));
@@ -866,46 +1023,68 @@ run.verdict()
 # %% [markdown]
 # ## Across seeds
 #
-# One run is one seed: a fresh base model, fresh images, a fresh data pool and fresh
-# adapters. The table and strip plot below read this chapter's results file, made by
-# `icmlbook sweep 12 --seeds 0-9 --update-results`: every claim and check over seeds
-# 0-9 at the default tier, with the number of seeds on which it holds and its worst
-# margin.
+# One run is one seed: fresh images, a fresh data pool, fresh probe data, fresh
+# adapters and fresh arms from scratch, but the *same* shipped base model, trained
+# once; the spread below therefore leaves out how much the base itself varies from one
+# training to the next. The table and strip plot read this chapter's results file,
+# made by `icmlbook sweep 12 --seeds 0-19 --update-results`: every claim, check and
+# finding over the calibration seeds 0-9 and, apart, the confirmation seeds 10-19, run
+# once after the thresholds were frozen, at the default tier, with the number of seeds
+# on which each holds and its worst margin.
 
 # %%
 across = icmlbook.across_seeds(run)
 
 # %% [markdown]
-# ### Reported, not claimed: crucial layers against adapters elsewhere, and k-means
+# ### What did not reproduce, and what is only reported
 #
-# The paper's ablation of the crucial layers: LoRA on the two groups that scored
-# lowest in the search, at the largest rank whose adapters are no larger than the
-# crucial ones (rank 1 if even that is larger, which favours the ablation). And the
-# same LoRA on the crucial layers, trained on `n_pairs` pairs picked at random
-# instead of by k-means:
+# The findings above, once more with the numbers they compare: the crucial layers
+# against the two groups that scored lowest in the search (at the largest rank whose
+# adapters are no larger than the crucial ones; rank 1 if even that is larger, which
+# favours the ablation), k-means against random pairs, and the two arms on the whole
+# pool.
 
 # %%
-crucial_vs_else = l1_lora / quality["LoRA elsewhere"]
-km_vs_rand = l1_lora / quality["LoRA, random subset"]
-print(f"L1 crucial / elsewhere: {crucial_vs_else:.3f} with {params['LoRA elsewhere']}"
-      f" vs {p_crucial} parameters; L1 k-means subset / random subset: "
-      f"{km_vs_rand:.3f}; zero-shot base / LoRA: {zero_shot[concept] / l1_lora:.2f}")
+print(f"L1 crucial / lowest-scoring groups: {crucial_vs_else:.3f} with "
+      f"{params['LoRA elsewhere']} vs {p_crucial} parameters")
+print(f"L1 k-means subset / random subset: {km_vs_rand:.3f}; k-means subset / whole "
+      f"pool: {subset_vs_all:.3f}")
+vs_scratch_few = quality["LoRA on crucial layers"] / quality["from scratch"]
+print(f"LoRA / from scratch: {vs_scratch_few:.3f} on {N_SEL} pairs, "
+      f"{vs_scratch_all:.3f} on {cfg.pool} (single runs)")
+print(f"trainable share of LoRA(r*): {p_crucial / n_gen:.2%}; zero-shot base / LoRA: "
+      f"{zero_shot[concept] / l1_lora:.2f}")
 
 # %% [markdown]
-# Neither is claimed. A ratio below 1 favours the crucial layers (or k-means). The
-# crucial-layer comparison was registered as a paper claim (ratio <= 0.97) against
-# adapters on *all* the other groups, and failed on the first two seeds we ran (four
-# groups at rank 1 have more parameters than two crucial groups at the searched rank,
-# and caught up). Against the two lowest-scoring groups, as here,
-# the crucial layers came out ahead on every seed of the sweep (the
-# `crucial_vs_elsewhere` metric of the run record), but that comparison was chosen
-# after the registered one failed, so it is reported and not claimed. The search's gains
-# per parameter differ by less than a factor of three between groups: on this small
-# generator every group, given adapters, buys a similar drop in error. The k-means
-# subset covers the pool better (a check above) but trains no better than a random
-# one: with exact, noise-free teacher pairs, forty random images already cover the
-# pool well enough. The paper's argument for k-means is cost: each pair is a diffusion
-# run, and fewer, more diverse pairs cost less.
+# A ratio below 1 goes the paper's way. What the findings show, over the seeds of the
+# table above:
+#
+# * **Training from scratch wins once pairs are plentiful.** On the `n_pairs` pairs
+#   of the claims, a GAN from scratch overfits and LoRA on the base beats it even
+#   with three times the steps. On the whole pool (`pool` pairs), the same
+#   GAN from scratch learns the edit itself and ends far below every LoRA arm, whose
+#   error hardly moves with the extra pairs (the "k-means subset vs whole pool"
+#   finding): rank-1 adapters on two groups are limited by their capacity, not by
+#   their data. So "no training from scratch" holds here only in the few-pair regime,
+#   which is the paper's setting (each pair costs a diffusion run), but it is a
+#   statement about data cost, not about what the small generator can learn.
+# * **The crucial layers.** The registered comparison, crucial groups against
+#   adapters on *all* the other groups, failed on the first seeds run (four groups at
+#   rank 1 have more parameters than two crucial groups at the searched rank, and
+#   caught up). Against the two lowest-scoring groups at no more parameters, the
+#   crucial groups come out ahead on the seeds above, but that comparison was chosen
+#   after the first one failed, so it stays a finding. The search's gains per
+#   parameter are of the same order for every group (the bar chart below): on this
+#   small generator every group, given adapters, buys a similar drop in error.
+# * **The share of trained weights** is above the paper's 1 % even at rank 1
+#   (printed above): a 23 k-parameter generator has little to spare.
+# * **k-means against random pairs.** The k-means subset covers the pool better (a
+#   check) but trains no better than a random one: with exact, noise-free teacher
+#   pairs, `n_pairs` random images already cover this simple image distribution.
+#   The paper's argument for clustering is cost and diversity at scale, which this
+#   toy cannot test.
+# * **CPU time per step** goes the paper's way on every run, but it varies from run to
+#   run on a shared machine, so the claim counts operations instead.
 
 # %% [markdown]
 # ## Figures
@@ -990,17 +1169,28 @@ show_grid(test_x[:8], concept, {"LoRA (crucial)": G_lora, "full fine-tune": G_fu
           f"'{concept}'");
 
 # %% [markdown]
+# What the images show: no student visibly performs the edit. At 8×8 pixels, with a
+# held-out error that is a sizeable fraction of the colour range for every arm (the
+# table above), each student row is a blurred field of colour, roughly the teacher's
+# colours in roughly the teacher's places, with the shapes' edges gone; the error map
+# is bright almost everywhere. The differences that the claims measure are
+# differences between such blurs, in the mean error, not edits one can see. A
+# reader who wants edits that look like edits needs a larger image, a larger
+# generator and a longer budget than this chapter's (the full tier goes part of the
+# way).
+
+# %% [markdown]
 # ## What a broken method does
 #
 # Each paper claim should fail for a wrong method. The tests
 # (`tests/test_ch12_efficient_gan_editing.py`) break them one by one: LoRA whose
 # adapters never train (a learning rate of zero, which leaves the zero-shot base)
-# fails the comparisons with full fine-tuning, with training from scratch and with the
-# largest rank; LoRA on an *untrained* generator, which has nothing to transfer, fails
-# the comparison with training from scratch; a "search" that always returns the
-# largest rank fails the small-rank claim; and adapters on every layer at rank 8 cost
-# more per step than full fine-tuning, failing the time claim. Here the first of
-# those, the zero-shot base against the two baselines:
+# fails the comparisons with full fine-tuning, with training from scratch and, at
+# rank 1, with the largest rank; LoRA on an *untrained* generator, which has nothing
+# to transfer, fails the comparison with training from scratch; adapters on every
+# layer, or on the layers nearest the input, cost more operations per step than full
+# fine-tuning; and a search that always returns the largest rank fails the check on
+# $r^\star$. Here the first of those, the zero-shot base against the two baselines:
 
 # %%
 print(f"zero-shot base: vs full fine-tune {zero_shot[concept] / l1_full:.2f} "
@@ -1026,7 +1216,7 @@ import ipywidgets as W
 @functools.lru_cache(maxsize=16)
 def widget_pairs(n, rule):
     """The pool images the teacher edits: n of them, by k-means or at random."""
-    g = torch.Generator().manual_seed(seed + 41)
+    g = run.generator("widget subset")
     idx = (kmeans_subset(pool, n, g) if rule == "k-means"
            else torch.randperm(len(pool), generator=g)[:n])
     return pool[idx]
@@ -1079,34 +1269,156 @@ icmlbook.explore(update, controls, run=run)
 # | minimal data | k-means on image features, nearest to each centroid | Eq. 6 on pixels |
 # | quality | FID, CLIP score | held-out L1 against the teacher |
 #
-# What reproduces: a base trained on several concepts carries enough for a new
-# compositional concept that LoRA on a couple of layer groups, with a small rank found
-# by search, comes close to fine-tuning every weight and beats training from scratch on
-# the same few pairs and steps, and a LoRA step is cheaper than a full step. What does
-# not, or is not tested: the crucial groups, chosen on a different concept, do not
-# beat adapters on all the other groups (the registered claim, which failed); they do
-# beat adapters on the two lowest-scoring groups, a comparison chosen after that
-# failure and so reported, not claimed (above); the base does not
-# compose concepts zero-shot (its zero-shot error is far above every fine-tuned
-# arm's); k-means data
-# selection covers the pool better but does not measurably lower the error at this
-# size (reported above); our parameter share is a few percent (printed above), not
-# the paper's 1 %,
-# because a 23 k-parameter generator has little to spare; and nothing here says how
-# well a GAN distils a real diffusion editor.
+# **Paper coverage.** Each main result of the paper, and what tests it here:
+#
+# | the paper's result | here |
+# |---|---|
+# | E²GAN against GANs trained from scratch per concept (pix2pix, pix2pix-zero-distilled): quality and training cost | tested: claim "LoRA(r*) vs from scratch (3x steps)"; finding "LoRA vs from scratch, whole pool"; FID and CLIP score out of scope (L1 against an exact teacher instead) |
+# | LoRA on crucial layers against fine-tuning the whole base: quality, trained weights, training cost | tested: claim "LoRA(r*) vs full fine-tune" (non-inferiority), check "operations per step"; findings "trainable share vs the paper's 1 %" and "CPU time per step" |
+# | which layers are crucial (ablation) | finding "crucial vs lowest-scoring groups" |
+# | the rank search | claim "rank 1 vs rank 8" (non-inferiority); check on $r^\star$ |
+# | minimal data by clustering | findings "k-means vs random subset" and "k-means subset vs whole pool"; check on coverage |
+# | the base model's concepts, chosen by clustering text embeddings | reported only: eight hand-picked base concepts |
+# | real-time inference on a phone | out of scope: no phone, and an 8×8 model says nothing about latency |
+# | edited photos (qualitative figures) | out of scope: at 8×8 no student visibly performs an edit (figures above) |
+#
+# What reproduces at this scale: a base trained on several concepts transfers. On
+# `n_pairs` pairs, LoRA on two layer groups at the searched rank beats a GAN trained
+# from scratch even when that one gets three times the steps and its own
+# learning-rate grid; it stays within a 15 % tolerance of fine-tuning every weight;
+# rank 1 stays within the same tolerance of rank 8; and a LoRA step counts fewer
+# operations than a full step (a check: a count by construction). What holds only in a weaker form, or not: LoRA is
+# *worse* than full fine-tuning, only within the tolerance (the strict version is
+# counted in the results file); the training cost is measured only as CPU time, a
+# finding; with the whole pool of pairs, training from scratch wins by far;
+# the trained share is above the paper's 1 %; k-means selection trains no better than
+# random pairs; the crucial layers beat only a comparison chosen after the registered
+# one failed. The base does not compose concepts zero-shot (exercise 3 shows that it
+# composes them by running twice). Nothing here says how well a GAN distils a real
+# diffusion editor, and at 8×8 no student visibly performs an edit. The paper's
+# verdict, by the rule named in the thresholds cell, is printed with the claims:
+# *partly*, for each headline.
 
 # %% [markdown]
 # ## Exercises
 #
-# 1. **Steps to a target.** Instead of a fixed budget, count the steps each arm needs
-#    to reach the full fine-tune's final L1. How many times more does training from
-#    scratch need, and how does the factor move with `n_pairs`?
-# 2. **A concept the base cannot reach.** Add a primitive the base never saw (a
-#    rotation by 90 degrees) and compose it with one it did. Which layer groups become
-#    crucial, and does transfer still beat training from scratch?
-# 3. **The rank tolerance.** Set `rank_tol` to 0 and to 0.3. How often does the search
-#    change its rank over seeds, and what does it cost in error?
+# Each exercise is followed by a worked solution (folded in the HTML book); the
+# solutions run in seconds and change nothing above.
+
+# %% [markdown] tags=["exercise"]
+# **Exercise 1. The break-even rank.** Rank-$r$ LoRA on a layer whose weight is a
+# $d_{out} \times d_{in}$ matrix trains $r(d_{in} + d_{out})$ parameters (Eq. 3). Up
+# to which rank are the adapters smaller than the layer itself? Derive it, and check
+# it on every layer that LoRA may target in this generator.
+
+# %% [markdown] tags=["solution"]
+# :::{dropdown} Solution to exercise 1
+# The adapters are smaller than the layer while $r(d_{in} + d_{out}) \le d_{in}
+# d_{out}$, that is for
 #
+# $$r \le r_{be} = \frac{d_{in}\, d_{out}}{d_{in} + d_{out}},$$
+#
+# half the harmonic mean of the two dimensions. For a square $d \times d$ projection
+# it is $d/2$: on the 32-wide attention projections here, LoRA stops saving parameters
+# at rank 16, twice the largest rank searched. A layer with one small dimension has a
+# small break-even rank: the depthwise convolutions of the residual blocks (a
+# depthwise 3×3 kernel has $d_{in} = 9$) reach it at rank 7, and the output
+# convolution to three colours ($d_{out} = 3$) at rank 2, so LoRA there is barely
+# cheaper than training the layer. The largest integer rank below break-even is
+# $\lfloor r_{be} \rfloor$; the code checks, layer by layer, that Eq. 3 at that rank
+# is at most the layer's weight count and at the next rank above it.
+# :::
+
+# %% tags=["solution", "hide-cell"]
+S_MISSES = 0  # floor(r_be) is, on every layer, the largest rank below its size
+
+
+def break_even(layer):
+    d_out, d_in = lora_dims(layer)
+    return d_in * d_out // (d_in + d_out)
+
+
+misses = 0
+for name in (n for layers in LAYER_GROUPS.values() for n in layers):
+    layer = G_base.get_submodule(name)
+    r_be, size = break_even(layer), layer.weight.numel()
+    below = lora_count(G_base, (name,), r_be) <= size
+    above = lora_count(G_base, (name,), r_be + 1) > size
+    misses += not (below and above)
+    print(f"{name:>15}: weight {size:5d}, break-even rank {r_be}")
+icmlbook.solution_check("layers where floor(r_be) is not the break-even rank", misses,
+                        "<=", S_MISSES)
+
+# %% [markdown] tags=["exercise"]
+# **Exercise 2. The rank tolerance.** The rank search (Eq. 5) keeps the smallest rank
+# within `rank_tol` of the best one on validation images. Which rank does it keep for
+# a tolerance of 0, of `rank_tol` and of 0.3, and what does each choice cost in
+# held-out error and in trained parameters? Show first that a larger tolerance can
+# never pick a larger rank.
+
+# %% [markdown] tags=["solution"]
+# :::{dropdown} Solution to exercise 2
+# Write $S(\delta) = \{r : \mathrm{L1}_{val}(r) \le (1 + \delta) \min_{r'}
+# \mathrm{L1}_{val}(r')\}$. If $\delta \le \delta'$, every rank in $S(\delta)$ is in
+# $S(\delta')$, so $r^\star(\delta') = \min S(\delta') \le \min S(\delta) =
+# r^\star(\delta)$: the chosen rank never grows with the tolerance. At $\delta = 0$ the
+# search keeps the rank with the lowest validation error; any tolerance trades a
+# little error for fewer parameters. No new training is needed: the search's
+# validation errors and the test errors of every rank are already there. What the
+# printout shows on this run: how far apart the ranks are. When even rank 1 is close to
+# the best, as in this chapter's runs, any tolerance of a few percent picks rank 1, and
+# the price is the small test-error gap that the claim "rank 1 vs rank 8" bounds.
+# :::
+
+# %% tags=["solution", "hide-cell"]
+S_GROWS = 0  # ranks that grow with the tolerance: none, by the argument above
+
+tols = (0.0, rank_tol, 0.3)
+picked = [rank_search(val_by_rank, t) for t in sorted(tols)]
+for t, r in zip(sorted(tols), picked):
+    print(f"tolerance {t:.2f}: rank {r}, test L1 {test_by_rank[r]:.4f}, "
+          f"{lora_count(G_base, CRUCIAL, r)} parameters")
+grows = sum(b > a for a, b in zip(picked, picked[1:]))
+icmlbook.solution_check("times a larger tolerance picked a larger rank", grows, "<=",
+                        S_GROWS)
+
+# %% [markdown] tags=["exercise"]
+# **Exercise 3. Composition by chaining.** The base model never saw the new concept,
+# but it saw each of its two primitive edits alone. Its zero-shot answer to the
+# composite tokens is poor. Run the base twice instead, once per primitive,
+# $G(G(x, e_a), e_b)$, and compare its error with the zero-shot answer and with the
+# fine-tuned arms. What does the result say about where the base's knowledge sits?
+
+# %% [markdown] tags=["solution"]
+# :::{dropdown} Solution to exercise 3
+# The teacher applies the primitives in order, $T(x, a{+}b) = T_b(T_a(x))$, so a base
+# that does each primitive well composes them by running twice, with no training at
+# all. The code uses the shipped base at every tier (at the smoke tier the chapter's
+# own base is a few steps old) and the held-out images. Chaining beats the zero-shot
+# answer to the composite tokens by a wide margin; compare it with the fine-tuned
+# arms printed beside it. The base *knows* both edits; what
+# it lacks is a way to read two tokens as "one after the other" in a single pass, and
+# that is what the adapters learn from the new pairs. It also shows a cost the paper
+# avoids: chaining doubles the inference time, while a merged LoRA adds none.
+# :::
+
+# %% tags=["solution", "hide-cell"]
+S_CHAIN = 0.9  # chaining must beat the one-pass zero-shot answer by at least 10 %
+
+G_shipped, _, _ = load_base(BASE_FILE)
+first, second = concept.split("+")
+with torch.no_grad():
+    e_of = lambda c: embed(c).expand(len(test_x), -1, -1)
+    chained = G_shipped(G_shipped(test_x, e_of(first)).clamp(-1, 1), e_of(second))
+    l1_chain = float((chained.clamp(-1, 1) - teacher(test_x, concept)).abs().mean())
+l1_zero = held_out_l1(G_shipped, concept, test_x)
+print(f"shipped base on '{concept}': zero-shot {l1_zero:.4f}, chained {l1_chain:.4f}; "
+      f"this run's LoRA {quality['LoRA on crucial layers']:.4f}, full fine-tune "
+      f"{quality['full fine-tune']:.4f}")
+icmlbook.solution_check("chained / zero-shot L1 of the shipped base",
+                        l1_chain / l1_zero, "<=", S_CHAIN)
+
+# %% [markdown]
 # ## References
 #
 # - Y. Gong, Z. Zhan, Q. Jin, Y. Li, Y. Idelbayev, X. Liu, A. Zharkov, K. Aberman,

@@ -39,8 +39,15 @@
 # shot, with one optimiser; at the end each task keeps the head of its most likely
 # branch and the rest is pruned away.
 #
-# **The claim, and what this book changed.** One training run finds the grouping and
-# its weights, with no pairwise heuristic. We test it on six synthetic regression
+# **The claims, and what this book changed.** The paper's abstract makes three
+# headline claims: DMTG can "simultaneously identify the best task groups from $2^N$
+# candidates and train the model weights simultaneously in one-shot"; doing so "not
+# only improves the training efficiency, but also mitigates the objective bias
+# introduced by the sequential procedures that potentially lead to a suboptimal
+# solution". Its tables report these on CelebA and Taskonomy. We test all three at
+# laptop scale, each by claims and findings recorded below, and the paper's verdict
+# (reproduced, partly, not reproduced) follows from them by a rule fixed before the
+# final runs; it is printed with the claims. The tasks are six synthetic regression
 # tasks in three planted groups, where a group's two tasks are an odd and an even
 # function of one shared feature: their targets are *uncorrelated*, so clustering tasks
 # by the correlation of their targets is misled by construction, while a network that
@@ -195,9 +202,9 @@ def make_splits(n_groups, per_group, sizes, rng, rho=0.7, minor=0.2, mixed=True)
 # initialisation is simpler at this scale).
 
 # %%
-def init(*shape, fan_in):
+def init(*shape, fan_in, generator):
     """PyTorch's default Linear initialisation, for a stack of layers."""
-    return nn.Parameter((2 * torch.rand(*shape) - 1) / fan_in**0.5)
+    return nn.Parameter((2 * torch.rand(*shape, generator=generator) - 1) / fan_in**0.5)
 
 
 class GroupedBranches(nn.Module):
@@ -207,13 +214,16 @@ class GroupedBranches(nn.Module):
     of task i by head (k, i) on branch k.
     """
 
-    def __init__(self, d_in, K, N, hidden=HIDDEN, r=BOTTLENECK, head=HEAD):
+    def __init__(self, d_in, K, N, gen, hidden=HIDDEN, r=BOTTLENECK, head=HEAD):
         super().__init__()
-        self.W1 = init(K, d_in, hidden, fan_in=d_in)
-        self.b1 = init(K, hidden, fan_in=d_in)
-        self.W2, self.b2 = init(K, hidden, r, fan_in=hidden), init(K, r, fan_in=hidden)
-        self.A1, self.a1 = init(K, N, r, head, fan_in=r), init(K, N, head, fan_in=r)
-        self.A2, self.a2 = init(K, N, head, fan_in=head), init(K, N, fan_in=head)
+        self.W1 = init(K, d_in, hidden, fan_in=d_in, generator=gen)
+        self.b1 = init(K, hidden, fan_in=d_in, generator=gen)
+        self.W2 = init(K, hidden, r, fan_in=hidden, generator=gen)
+        self.b2 = init(K, r, fan_in=hidden, generator=gen)
+        self.A1 = init(K, N, r, head, fan_in=r, generator=gen)
+        self.a1 = init(K, N, head, fan_in=r, generator=gen)
+        self.A2 = init(K, N, head, fan_in=head, generator=gen)
+        self.a2 = init(K, N, fan_in=head, generator=gen)
 
     def encoder(self):
         return [self.W1, self.b1, self.W2, self.b2]
@@ -327,18 +337,18 @@ def best_heads(model, X, Y):
 # faster than the branches specialise.
 
 # %%
-def train_grouped(X, Y, K, grouping=None, *, tau=2.5, lr=0.01, epochs=15,
-                  batch=BATCH, seed=0, r=BOTTLENECK, learn_theta=True, model=None,
-                  loss_fn=dmtg_loss):
+def train_grouped(X, Y, K, grouping=None, *, gen, tau=2.5, lr=0.01, epochs=15,
+                  batch=BATCH, r=BOTTLENECK, learn_theta=True, model=None,
+                  loss_fn=dmtg_loss, assign=gumbel_softmax):
     """Train K branches with K*N heads: DMTG (grouping=None) or a fixed grouping.
 
-    Returns (model, grouping, history): history[e] is softmax(theta) after epoch e.
+    gen (a torch Generator) draws the initialisation, the mini-batches and the
+    Gumbel noise. Returns (model, grouping, history): history[e] is softmax(theta)
+    after epoch e.
     """
-    gen = torch.Generator().manual_seed(seed)
-    torch.manual_seed(seed)
     X, Y = torch.as_tensor(X), torch.as_tensor(Y)
     n, N = Y.shape
-    model = GroupedBranches(X.shape[1], K, N, r=r) if model is None else model
+    model = GroupedBranches(X.shape[1], K, N, gen, r=r) if model is None else model
     theta = nn.Parameter(torch.zeros(N, K))  # uniform over branches at the start
     fixed = None
     if grouping is not None:
@@ -351,7 +361,7 @@ def train_grouped(X, Y, K, grouping=None, *, tau=2.5, lr=0.01, epochs=15,
         for start in range(0, n, batch):
             idx = perm[start:start + batch]
             L = branch_losses(model(X[idx]), Y[idx])
-            G = fixed if fixed is not None else gumbel_softmax(theta, tau, gen)
+            G = fixed if fixed is not None else assign(theta, tau, gen)
             loss = loss_fn(L, G)
             opt.zero_grad()
             loss.backward()
@@ -364,14 +374,14 @@ def train_grouped(X, Y, K, grouping=None, *, tau=2.5, lr=0.01, epochs=15,
     return model, final, np.array(history)
 
 
-def dmtg(X, Y, K, *, epochs, finetune, seed, test, **kw):
+def dmtg(X, Y, K, *, epochs, finetune, gen, test, **kw):
     """One DMTG run: the one-shot grouping stage, pruning, then a short fine-tuning.
 
     pruned_test_mse is measured on `test` before the fine-tuning, test_mse after it."""
-    model, grouping, history = train_grouped(X, Y, K, epochs=epochs, seed=seed, **kw)
+    model, grouping, history = train_grouped(X, Y, K, epochs=epochs, gen=gen, **kw)
     pruned = pruned_mse(model, grouping, *test)
     kw = {k: v for k, v in kw.items() if k in ("lr", "batch", "r")}
-    train_grouped(X, Y, K, grouping, model=model, epochs=finetune, seed=seed, **kw)
+    train_grouped(X, Y, K, grouping, model=model, epochs=finetune, gen=gen, **kw)
     return dict(model=model, grouping=grouping, history=history, pruned_test_mse=pruned,
                 train_mse=pruned_mse(model, grouping, X, Y),
                 test_mse=pruned_mse(model, grouping, *test))
@@ -382,8 +392,13 @@ def dmtg(X, Y, K, *, epochs, finetune, seed, test, **kw):
 #
 # Branch labels are arbitrary, so a grouping is compared with the truth up to a
 # relabelling: the number of *misassigned tasks* is the fewest tasks that must move to
-# turn one partition into the other (0 means identical). The groupings of $N$ tasks
-# into at most $K$ non-empty groups number
+# turn one partition into the other (0 means identical). A count is a coarse
+# measure of a learned assignment, so we also measure by how much it recovers the
+# truth: the *planted lead* is the smallest margin, over tasks, by which
+# $\mathrm{softmax}(\Theta_{i\cdot})$ puts task $i$ on its planted group's branch
+# rather than on any other (groups matched to branches in the best way). It is
+# positive exactly when the pruned grouping is the planted one. The groupings of
+# $N$ tasks into at most $K$ non-empty groups number
 #
 # $$\#\text{groupings}(N, K) = \sum_{j=1}^{K} S(N, j), \tag{6}$$
 #
@@ -407,6 +422,19 @@ def misassigned(grouping, truth):
     for perm in itertools.permutations(range(n), max(a) + 1):
         best = max(best, sum(perm[x] == y for x, y in zip(a, b)))
     return len(a) - best
+
+
+def planted_lead(P, truth):
+    """The smallest lead, over tasks, of a task's planted branch in P (N, K) over its
+    best other branch, under the relabelling of groups to branches that makes it
+    largest: positive exactly when argmax P names the planted grouping."""
+    t = canonical(truth)
+    P, K, best = np.asarray(P), P.shape[1], -1.0
+    for perm in itertools.permutations(range(K), max(t) + 1):
+        own = np.array([perm[g] for g in t])
+        others = np.where(np.eye(K, dtype=bool)[own], -np.inf, P).max(1)
+        best = max(best, float((P[np.arange(len(t)), own] - others).min()))
+    return best
 
 
 def all_groupings(N, K):
@@ -443,13 +471,11 @@ def corr_affinity(Y):
     return np.abs(np.corrcoef(np.asarray(Y).T))
 
 
-def lookahead_affinity(X, Y, *, lr=0.01, epochs=15, batch=BATCH, seed=0, r=BOTTLENECK):
+def lookahead_affinity(X, Y, *, gen, lr=0.01, epochs=15, batch=BATCH, r=BOTTLENECK):
     """Eq. 7: TAG's affinity Z[i, j], averaged over the training of a shared branch."""
-    gen = torch.Generator().manual_seed(seed)
-    torch.manual_seed(seed)
     X, Y = torch.as_tensor(X), torch.as_tensor(Y)
     n, N = Y.shape
-    model = GroupedBranches(X.shape[1], 1, N, r=r)
+    model = GroupedBranches(X.shape[1], 1, N, gen, r=r)
     opt = torch.optim.Adam(model.parameters(), lr=lr)
     Z, steps = np.zeros((N, N)), 0
     for _ in range(epochs):
@@ -521,17 +547,15 @@ def group_by_affinity(A, K):
 # a practitioner would do) and the median restart (what one run typically gives).
 
 # %%
-rng = np.random.default_rng(seed)
-(train, test), truth = make_splits(GROUPS, PER_GROUP, (cfg.n_train, cfg.n_test), rng,
-                                   rho, minor)
+(train, test), truth = make_splits(GROUPS, PER_GROUP, (cfg.n_train, cfg.n_test),
+                                   run.rng("data"), rho, minor)
 n_tasks = len(truth)
 budget = cfg.epochs + cfg.finetune  # epochs of every final network
-recipe = dict(lr=lr, epochs=budget, seed=1000 * seed)
 
 dmtg_runs = []
 for r in icmlbook.progress(range(restarts), desc="DMTG restarts"):
     d = dmtg(*train, K_MAIN, tau=tau, lr=lr, epochs=cfg.epochs, finetune=cfg.finetune,
-             seed=1000 * seed + r, test=test)
+             gen=run.generator(f"DMTG restart {r}"), test=test)
     dmtg_runs.append(dict(d, wrong=misassigned(d["grouping"], truth)))
 best = min(dmtg_runs, key=lambda d: d["train_mse"])
 dmtg_median = float(np.median([d["test_mse"] for d in dmtg_runs]))
@@ -539,12 +563,13 @@ dmtg_median = float(np.median([d["test_mse"] for d in dmtg_runs]))
 
 def fixed_grouping_mse(grouping):
     """Test MSE of a grouping chosen in advance, trained for the full budget."""
-    g = canonical(grouping)
-    model, _, _ = train_grouped(*train, max(g) + 1, g, **recipe)
+    g = canonical(grouping)  # every grouping starts from the same stream
+    model, _, _ = train_grouped(*train, max(g) + 1, g, lr=lr, epochs=budget,
+                                gen=run.generator("fixed grouping"))
     return pruned_mse(model, g, *test)
 
 
-Z_tag = lookahead_affinity(*train, lr=lr, epochs=cfg.epochs, seed=1000 * seed)
+Z_tag = lookahead_affinity(*train, lr=lr, epochs=cfg.epochs, gen=run.generator("TAG"))
 g_tag = group_by_affinity(Z_tag, K_MAIN)
 mse = {"TAG lookahead affinity": fixed_grouping_mse(g_tag)}
 A_corr = corr_affinity(train[1])
@@ -554,12 +579,14 @@ groupings = {"TAG lookahead affinity": g_tag,
 for name in ("|corr| clustering", "planted grouping", "one shared branch"):
     mse[name] = fixed_grouping_mse(groupings[name])
 
+# the ablation draws the same initialisation and noise as DMTG's first restart
+frozen_gen = run.generator("DMTG restart 0")
 frozen, g_frozen, _ = train_grouped(*train, K_MAIN, tau=tau, lr=lr, epochs=cfg.epochs,
-                                    seed=1000 * seed, learn_theta=False)
+                                    gen=frozen_gen, learn_theta=False)
 groupings["assignment not learned"] = g_frozen
 frozen_pruned_mse = pruned_mse(frozen, g_frozen, *test)
 train_grouped(*train, K_MAIN, g_frozen, model=frozen, lr=lr, epochs=cfg.finetune,
-              seed=1000 * seed)
+              gen=frozen_gen)
 mse["assignment not learned"] = pruned_mse(frozen, g_frozen, *test)
 dmtg_pruned_mse = float(np.median([d["pruned_test_mse"] for d in dmtg_runs]))
 
@@ -579,9 +606,9 @@ for name, g in groupings.items():
 # its positive entries pair the two tasks of each group.
 
 # %% tags=["hide-input"]
-easy_rng = np.random.default_rng(10_000 + seed)
-((_, easy_Y),), easy_truth = make_splits(GROUPS, PER_GROUP, (cfg.n_train,), easy_rng,
-                                         rho, minor, mixed=False)
+((_, easy_Y),), easy_truth = make_splits(GROUPS, PER_GROUP, (cfg.n_train,),
+                                         run.rng("same-function data"), rho, minor,
+                                         mixed=False)
 A_easy = corr_affinity(easy_Y)
 g_easy = group_by_affinity(A_easy, K_MAIN)
 labels = [f"{i}: g{t} {'even' if i % 2 else 'odd'}" for i, t in enumerate(truth)]
@@ -632,22 +659,35 @@ plt.show()
 #
 # The wall-clock time of a whole run depends on whatever else the machine is doing
 # while it runs. We therefore time one epoch of each kind of training in CPU seconds
-# of this process (one torch thread), the three kinds taking turns three times, and
-# scale the medians by the epochs each method trains: one DMTG run is `budget` epochs
-# of the $K$-branch network; TAG is `epochs` epochs of the shared network with $N$
-# lookahead steps per training step, then `budget` epochs of its grouping.
+# of this process (one torch thread), the kinds taking turns three times, and scale
+# the medians by the epochs each method trains: one DMTG run is `budget` epochs of
+# the $K$-branch network; TAG is `epochs` epochs of the shared network with $N$
+# lookahead steps per training step, then `budget` epochs of its grouping. An
+# exhaustive search trains every grouping of Eq. 6 for `budget` epochs; we bound its
+# cost from below by pricing every grouping at the epoch of the cheapest network, one
+# shared branch with $N$ heads.
 
 # %%
-# median CPU seconds of one epoch of each, the three taking turns three times
+# median CPU seconds of one epoch of each, the kinds taking turns three times
+shared = np.zeros(n_tasks, int)
 epoch_seconds = icmlbook.seconds_in_turns({
-    "DMTG": lambda: train_grouped(*train, K_MAIN, tau=tau, lr=lr, epochs=1),
-    "lookahead": lambda: lookahead_affinity(*train, lr=lr, epochs=1),
-    "fixed grouping": lambda: train_grouped(*train, K_MAIN, truth, lr=lr, epochs=1)})
+    "DMTG": lambda: train_grouped(*train, K_MAIN, tau=tau, lr=lr, epochs=1,
+                                  gen=run.generator("timing")),
+    "lookahead": lambda: lookahead_affinity(*train, lr=lr, epochs=1,
+                                            gen=run.generator("timing")),
+    "fixed grouping": lambda: train_grouped(*train, K_MAIN, truth, lr=lr, epochs=1,
+                                            gen=run.generator("timing")),
+    "one branch": lambda: train_grouped(*train, 1, shared, lr=lr, epochs=1,
+                                        gen=run.generator("timing"))})
 dmtg_seconds = budget * epoch_seconds["DMTG"]
 tag_seconds = (cfg.epochs * epoch_seconds["lookahead"]
                + budget * epoch_seconds["fixed grouping"])
+n_groupings = len(all_groupings(n_tasks, K_MAIN))  # Eq. 6
+search_seconds = n_groupings * budget * epoch_seconds["one branch"]  # a lower bound
 print("CPU seconds per epoch: " + ", ".join(f"{k} {v:.3f}"
                                             for k, v in epoch_seconds.items()))
+print(f"exhaustive search over {n_groupings} groupings: at least "
+      f"{search_seconds:.0f} CPU s, {search_seconds / dmtg_seconds:.0f} DMTG runs")
 
 # %% [markdown]
 # ### The table
@@ -694,54 +734,83 @@ plt.show()
 # ## Claims
 #
 # Paper claims first, each against the paper's key ingredient removed or against the
-# strongest fair baseline; then checks, which must hold if the code is right but are no
-# evidence for the paper. The thresholds were fixed before the final runs, calibrated
-# on seeds 0-4 at the default tier; each line says where its number comes from. The
-# smoke tier records them without enforcing them. Changed after a failure: the cost
-# check first compared the wall-clock seconds of whole runs, which fell to 1.50 on a
-# busy machine; it now compares CPU seconds per epoch measured in turns (above), with
-# the same bar.
+# strongest fair baseline, each with its strength (does it say that DMTG is better,
+# or only that it is no worse) and where its threshold came from; then findings,
+# what the paper states and we measure without claiming it; then checks, which must
+# hold if the code is right but are no evidence for the paper. The thresholds were
+# fixed before the final runs, calibrated on seeds 0-9 at the default tier and
+# confirmed on seeds 10-19; each line says where its number comes from. The smoke
+# tier records them without enforcing them. One claim changed after a failure: the
+# cost claim first compared the wall-clock seconds of whole runs, which fell just
+# under its bar on a busy machine; it now compares CPU seconds per epoch measured
+# in turns (above), with the same bar. The planted-lead claim replaces a count of
+# misassigned tasks, which sat exactly at its bar of zero whenever it held.
 
 # %% tags=["thresholds"]
-C_VS_FROZEN = 0.5  # DMTG / ablation, pruned test MSE; 0.18-0.30 on seeds 0-4
-C_VS_TAG = 1.15  # DMTG (median restart) / TAG grouping, test MSE; 0.97-1.04, seeds 0-4
-C_VS_CORR = 0.6  # DMTG (median restart) / |corr| grouping; 0.23-0.37 on seeds 0-4
-C_MISASSIGNED = 0  # tasks misassigned by the best restart; 0 on seeds 0-4
-C_WITHIN = 0.5  # max within / max cross-group |corr|; population 0, 0.33 on seed 0
-C_EASY = 0  # misassigned by |corr| clustering, same-function family; 0 on seed 0
-C_GROUPING_MATTERS = 0.4  # planted grouping / one shared branch, test MSE; ~0.17
-C_COST = 1.5  # TAG's CPU seconds / one DMTG run's; 1.8-2.5 over seeds 0-9 (wall clock)
+# the paper's verdict follows icmlbook.verdicts' rule, fixed before the final sweep
+C_VS_FROZEN = 0.5  # DMTG / ablation, pruned test MSE; 0.21-0.31 on seeds 0-9
+C_LEAD = 0.2  # planted lead of the best restart; 0.35-0.96 on seeds 0-9
+C_VS_TAG = 1.15  # DMTG / TAG grouping, test MSE; no worse up to 15 %; 0.99-1.05, 0-9
+C_VS_CORR = 0.6  # DMTG / |corr| grouping, test MSE; 0.25-0.37 on seeds 0-9
+C_COST = 1.5  # TAG / one DMTG run, CPU s; kept when the statistic changed; 2.9-3.2
+C_WITHIN = 0.5  # max within / max cross-group |corr|; population 0; 0.10-0.38, 0-9
+C_EASY = 0  # misassigned by |corr| clustering, same-function family; 0 by design
+C_GROUPING_MATTERS = 0.4  # planted grouping / one shared branch; 0.17-0.23, 0-9
+C_SEARCH = 20  # exhaustive search (lower bound) / one DMTG run, CPU s; 80-91, 0-9
 C_ROWS = 1e-6  # |row sum of G - 1| (rounding only)
 C_ONE_HOT = 1e-6  # relative gap of Eq. 4 with one-hot G to the fixed grouping's loss
 
 # %%
+vs_tag = dmtg_median / mse["TAG lookahead affinity"]
+lead = planted_lead(best["history"][-1], truth)
 run.claim("DMTG / assignment not learned, pruned MSE",
           dmtg_pruned_mse / frozen_pruned_mse, "<=", C_VS_FROZEN,
           "Learning the assignment trains each branch for its group: the pruned "
           "network has a fraction of the error of the same network with Theta frozen",
-          versus="ablation", against="Theta frozen at uniform, best head per task")
-run.claim("DMTG / TAG lookahead grouping, test MSE",
-          dmtg_median / mse["TAG lookahead affinity"], "<=", C_VS_TAG,
-          "One DMTG run is as good as grouping by lookahead affinity and retraining",
-          versus="baseline", against="TAG lookahead affinity, Eq. 8, retrained")
+          versus="ablation", against="Theta frozen at uniform, best head per task",
+          strength="superiority", provenance="calibrated")
+run.claim("planted lead, best restart", lead, ">=", C_LEAD,
+          "The restart with the lowest training loss puts every task on its planted "
+          "group's branch, by a clear margin in softmax(Theta)",
+          versus="baseline", against="the planted grouping (oracle)",
+          strength="superiority", provenance="calibrated")
+run.claim("DMTG / TAG lookahead grouping, test MSE", vs_tag, "<=", C_VS_TAG,
+          "One DMTG run is as good as grouping by lookahead affinity and retraining "
+          "(the paper: better)", versus="baseline",
+          against="TAG lookahead affinity, Eq. 8, retrained",
+          strength="non-inferiority", provenance="calibrated", strict=1.0)
 run.claim("DMTG / |corr| clustering, test MSE", dmtg_median / mse["|corr| clustering"],
           "<=", C_VS_CORR,
           "Where the targets of a group are uncorrelated, DMTG beats grouping by "
           "target correlation", versus="baseline",
-          against="|corr| of targets, Eq. 8, retrained")
-run.claim("misassigned tasks, best restart", best["wrong"], "<=", C_MISASSIGNED,
-          "The restart with the lowest training loss finds the planted grouping",
-          versus="baseline", against="the planted grouping (oracle)")
+          against="|corr| of targets, Eq. 8, retrained (a stand-in for the paper's "
+          "heuristic groupings)", strength="against a stand-in",
+          provenance="calibrated", strict=1.0)
+run.claim("TAG CPU seconds / one DMTG run", tag_seconds / dmtg_seconds, ">=", C_COST,
+          "One DMTG run costs less than TAG's affinity pass plus the training of its "
+          "grouping", versus="baseline", against="TAG: N lookahead steps per step, "
+          "then its grouping trained", strength="superiority",
+          provenance="changed after failure")
+run.finding("DMTG / TAG lookahead grouping, strict", vs_tag, "<", 1.0,
+            paper="DMTG's one-shot grouping has lower error than the sequential "
+            "grouping methods, TAG among them",
+            shows="whether DMTG's median restart beats TAG's retrained grouping; both "
+            "usually find the planted grouping, so this is a tie up to training noise")
+run.finding("share of restarts finding the planted grouping", recovered / restarts,
+            ">=", 1.0, paper="one training run identifies the groups (one shot)",
+            shows="how often a single DMTG run, not the best of several, recovers the "
+            "planted grouping")
 
 within = np.where(truth[:, None] == truth[None], A_corr, 0) - np.eye(n_tasks)
 across = np.where(truth[:, None] != truth[None], A_corr, 0)
-G_rows = gumbel_softmax(torch.randn(n_tasks, K_MAIN) * 3, tau,
-                        torch.Generator().manual_seed(seed))
+check_gen = run.generator("checks")
+G_rows = gumbel_softmax(torch.randn(n_tasks, K_MAIN, generator=check_gen) * 3, tau,
+                        check_gen)
 with torch.no_grad():
     L_check = branch_losses(best["model"](torch.as_tensor(test[0])),
                             torch.as_tensor(test[1]))
 one_hot = nn.functional.one_hot(torch.as_tensor(best["grouping"]), K_MAIN).float()
-G_hot = gumbel_softmax(1e4 * one_hot, tau, torch.Generator().manual_seed(seed))
+G_hot = gumbel_softmax(1e4 * one_hot, tau, check_gen)
 eq4 = dmtg_loss(L_check, G_hot).item()
 fixed_loss = n_tasks * pruned_mse(best["model"], best["grouping"], *test)
 run.check("within / cross-group |corr|, main family", within.max() / across.max(), "<=",
@@ -752,16 +821,32 @@ run.check("|corr| misassigned, same-function family", misassigned(g_easy, easy_t
 run.check("planted grouping / one shared branch, test MSE",
           planted / mse["one shared branch"], "<=", C_GROUPING_MATTERS,
           "premise: with a width-1 bottleneck the grouping matters")
-run.check("TAG CPU seconds / one DMTG run", tag_seconds / dmtg_seconds, ">=", C_COST,
-          "N lookahead steps per training step cost more than one DMTG run")
+run.check("exhaustive search CPU seconds / one DMTG run", search_seconds / dmtg_seconds,
+          ">=", C_SEARCH, "Eq. 6: a search trains every grouping, DMTG one network")
 run.check("rows of G sum to one", float((G_rows.sum(1) - 1).abs().max()), "<=", C_ROWS,
           "Eq. 3 is a distribution over branches for every task")
 run.check("Eq. 4 with one-hot G = fixed-grouping loss",
           abs(eq4 - fixed_loss) / fixed_loss, "<=", C_ONE_HOT,
           "a committed assignment trains exactly its grouping")
+run.headline("one-shot grouping", "we propose to simultaneously identify the best task "
+             "groups from 2^N candidates and train the model weights simultaneously in "
+             "one-shot", source="Abstract",
+             claims=["DMTG / assignment not learned, pruned MSE",
+                     "planted lead, best restart"],
+             findings=["share of restarts finding the planted grouping"])
+run.headline("better than sequential grouping", "our method ... mitigates the "
+             "objective bias introduced by the sequential procedures that potentially "
+             "lead to a suboptimal solution",
+             source="Abstract; CelebA and Taskonomy tables",
+             claims=["DMTG / TAG lookahead grouping, test MSE",
+                     "DMTG / |corr| clustering, test MSE"],
+             findings=["DMTG / TAG lookahead grouping, strict"])
+run.headline("training efficiency", "our method not only improves the training "
+             "efficiency", source="Abstract", claims=["TAG CPU seconds / one DMTG run"])
 run.metric("test_mse", {name: m for _, name, m, _, _ in rows})
 run.metric("dmtg_seconds", dmtg_seconds)
 run.metric("tag_seconds", tag_seconds)
+run.metric("search_seconds", search_seconds)
 run.metric("restarts_recovering", recovered)
 run.metric("misassigned", {k: misassigned(g, truth) for k, g in groupings.items()})
 run.metric("frozen_finetuned_over_planted", mse["assignment not learned"] / planted)
@@ -774,9 +859,11 @@ run.verdict()
 # ## Across seeds
 #
 # One run is one seed. The table and strip plot below read this chapter's results
-# file, made by `icmlbook sweep 15 --seeds 0-9 --update-results`: every claim and
-# check over seeds 0-9 at the default tier, with the number of seeds on which it holds
-# and its worst margin (how far inside the threshold the worst seed stayed).
+# file, made by `icmlbook sweep 15 --seeds 0-19 --update-results`: every claim, check
+# and finding over seeds 0-9 (on which the thresholds were calibrated) and seeds
+# 10-19 (run once, after the thresholds were frozen, to confirm them) at the default
+# tier, with the number of seeds on which each holds and its worst margin (how far
+# inside the threshold the worst seed stayed).
 
 # %%
 across = icmlbook.across_seeds(run)
@@ -788,8 +875,10 @@ across = icmlbook.across_seeds(run)
 # bug is to forget the weights $G$ in Eq. 4 and sum every head's loss: all branches and
 # heads train, but $\Theta$ gets no gradient, stays at zero, and the argmax sends every
 # task to branch 0, which was trained to serve all six tasks at once: a one-shared-
-# branch model in disguise, which fails every paper claim above. The tests run this
-# variant and another one (Eq. 3's softmax taken over tasks instead of branches) and
+# branch model in disguise, which fails every paper claim above on error and on
+# the grouping (it is no slower, so the cost claim is tested by another variant:
+# a DMTG that takes sixteen times the optimiser steps). The tests run these
+# variants and one more (Eq. 3's softmax taken over tasks instead of branches) and
 # check that each fails the claims it should.
 
 # %%
@@ -799,7 +888,7 @@ def unweighted_loss(L, G):
 
 
 broken = dmtg(*train, K_MAIN, tau=tau, lr=lr, epochs=cfg.epochs, finetune=cfg.finetune,
-              seed=1000 * seed, test=test, loss_fn=unweighted_loss)
+              gen=run.generator("DMTG restart 0"), test=test, loss_fn=unweighted_loss)
 print(f"unweighted loss: grouping {canonical(broken['grouping'])}, misassigned "
       f"{misassigned(broken['grouping'], truth)}, test MSE / TAG's "
       f"{broken['test_mse'] / mse['TAG lookahead affinity']:.2f} "
@@ -839,14 +928,15 @@ def widget_reference(structure, data_seed, r, K):
     if key not in _widget_cache:
         n_groups, per_group, mixed = STRUCTURES[structure]
         (tr, te), tr_truth = make_splits(n_groups, per_group, (cfg.widget_n, 500),
-                                         np.random.default_rng(data_seed), rho, minor,
-                                         mixed)
+                                         run.rng(f"widget data {data_seed}"), rho,
+                                         minor, mixed)
         kw = dict(lr=lr, epochs=cfg.widget_epochs + cfg.finetune, r=r, batch=64)
         g_corr = group_by_affinity(corr_affinity(tr[1]), K)
         ref = {}
         for name, g in [("planted grouping", tr_truth), ("|corr| clustering", g_corr),
                         ("one shared branch", np.zeros(len(tr_truth), int))]:
-            m, _, _ = train_grouped(*tr, max(g) + 1, canonical(g), **kw)
+            m, _, _ = train_grouped(*tr, max(g) + 1, canonical(g), **kw,
+                                    gen=run.generator("widget fixed grouping"))
             ref[name] = pruned_mse(m, canonical(g), *te)
         _widget_cache[key] = (tr, te, tr_truth, ref)
     return _widget_cache[key]
@@ -855,7 +945,8 @@ def widget_reference(structure, data_seed, r, K):
 def update(structure, K, r, tau, data_seed, restarts):
     tr, te, tr_truth, ref = widget_reference(structure, data_seed, r, K)
     runs_ = [dmtg(*tr, K, tau=tau, lr=lr, r=r, batch=64, epochs=cfg.widget_epochs,
-                  finetune=cfg.finetune, seed=s, test=te) for s in range(restarts)]
+                  finetune=cfg.finetune, gen=run.generator(f"widget restart {s}"),
+                  test=te) for s in range(restarts)]
     best_ = min(runs_, key=lambda d: d["train_mse"])
     g_, hist_ = best_["grouping"], best_["history"]
     n = len(tr_truth)
@@ -908,40 +999,224 @@ icmlbook.explore(update, controls, run=run)
 # | networks | ResNet / Xception / ViT branches, linear heads (CelebA) or decoders (Taskonomy) | 32-unit tanh MLP branches with a width-1 bottleneck, 8-unit MLP heads, no shared stem |
 # | temperature | constant, 2.5 (CelebA) or 4 (Taskonomy) | constant 2.5 |
 # | baselines | grouping methods from the literature, among them TAG | TAG-style lookahead affinity and $\lvert\mathrm{corr}\rvert$ clustering (Eqs. 7-8), each grouping retrained; the assignment frozen (ablation); the planted grouping |
-# | evidence | better errors than grouping baselines at lower cost | ablation: pruned error at most `C_VS_FROZEN` times the frozen assignment's; as good as TAG (at most `C_VS_TAG` times its error); at most `C_VS_CORR` times the $\lvert\mathrm{corr}\rvert$ grouping's error; the best restart recovers the planted grouping |
+# | evidence | better errors than grouping baselines at lower cost | ablation: pruned error at most `C_VS_FROZEN` times the frozen assignment's; the best restart's planted lead at least `C_LEAD`; no worse than TAG (at most `C_VS_TAG` times its error); at most `C_VS_CORR` times the $\lvert\mathrm{corr}\rvert$ grouping's error; TAG at least `C_COST` times the CPU time of one DMTG run |
+#
+# **Paper coverage.** What each of the paper's main results is tested by here.
+#
+# | paper | this book |
+# |---|---|
+# | one-shot grouping and training (abstract, method) | tested: claims "DMTG / assignment not learned" and "planted lead", finding "share of restarts finding the planted grouping" |
+# | CelebA-9 comparisons with naive multi-task learning, single-task learning and grouping methods, TAG among them, for several $K$ | tested in kind, on synthetic tasks: claims "DMTG / TAG" (no worse) and "DMTG / $\lvert\mathrm{corr}\rvert$" (a stand-in heuristic), finding "DMTG / TAG, strict"; naive multi-task learning appears as the premise check "planted grouping / one shared branch" |
+# | Taskonomy-5 comparisons | out of scope: dense vision tasks on Xception branches are beyond a CPU budget; the synthetic family stands in |
+# | training efficiency, encoders $O(K)$ | tested: claim "TAG CPU seconds / one DMTG run", check "exhaustive search CPU seconds / one DMTG run" |
+# | ablations: a transformer backbone, how many encoder layers are shared | out of scope: our branches share no stem and are two-layer MLPs |
 #
 # **What is reconstructed.** The planted task families, the width-1 bottleneck that
 # makes tasks of different groups compete, the MLP heads, the fine-tuning schedule and
-# every threshold are ours, calibrated on our implementation (seeds 0-4). The paper's
-# tables are not reproduced, so we compare with its claims, not its numbers. TAG is
-# implemented from its published description (Eq. 7 with a plain gradient step of the
-# learning rate, the grouping by Eq. 8 over all groupings into $K$ groups), not from
-# its code.
+# every threshold are ours, calibrated on our implementation (seeds 0-9, confirmed on
+# seeds 10-19). The paper's tables are not reproduced, so we compare with its claims,
+# not its numbers. TAG is implemented from its published description (Eq. 7 with a
+# plain gradient step of the learning rate, the grouping by Eq. 8 over all groupings
+# into $K$ groups), not from its code.
 #
-# **What does not reproduce.** The paper presents DMTG as better than the sequential
-# grouping methods, TAG among them. Here the lookahead affinity finds the planted
-# grouping as reliably as DMTG does, so after retraining its error is the same: the
-# advantage that shows at our scale is cost, one DMTG run against TAG's affinity pass
-# (with $N$ lookahead steps per training step) plus a second training (the cost check
-# above). Target correlation alone is misled only on purpose-built tasks like ours; on
-# the same-function family it finds the groups for free (the check above), so
-# DMTG's win over it is a statement about tasks whose relation is nonlinear. Nor is
-# the Gumbel noise what makes DMTG work here: in our runs a deterministic softmax of
-# $\Theta$ did about as well (exercise 1 measures it).
+# **What does not reproduce, and what holds only in a weaker form.** The paper
+# presents DMTG as better than the sequential grouping methods, TAG among them. Here
+# the lookahead affinity finds the planted grouping as reliably as DMTG does, so
+# after retraining the two errors tie up to training noise: we claim only that DMTG
+# is no worse, and the finding "DMTG / TAG lookahead grouping, strict" records on
+# how few seeds it is strictly better (the across-seeds table counts them). What
+# shows at our scale is cost: one DMTG run against TAG's affinity pass, with $N$
+# lookahead steps per training step, plus a second training; that claim's statistic
+# was changed after a failure (from wall-clock seconds of whole runs to CPU seconds
+# per epoch), which the verdict counts. "One shot" holds for the best of `restarts`
+# runs picked by training loss; a single run does not always find the planted
+# grouping (the finding "share of restarts finding the planted grouping"). Target
+# correlation, the other baseline, is a stand-in for the heuristics the paper argues
+# against, misled here on purpose: on the same-function family it finds the groups
+# for free (the check above), so DMTG's win over it is a statement about tasks
+# whose relation is nonlinear. Nor is the Gumbel noise what makes DMTG work here,
+# with independently initialised branches (exercise 1 measures it).
 
 # %% [markdown]
 # ## Exercises
 #
-# 1. **Noise or not.** Replace Eq. 3 by $\mathrm{softmax}(\Theta / \tau)$ (no Gumbel
-#    noise) and compare recovery and error over ten seeds; then anneal $\tau$ from 5
-#    to 0.5. Which of the two choices matters on the four-group family of the widget?
-# 2. **The exhaustive search.** Train all 122 groupings of Eq. 6 for $N = 6$, $K = 3$
-#    and rank them by validation error. Is the planted grouping first, how close is
-#    the second, and how many DMTG runs would the search pay for?
-# 3. **Where pairwise affinity breaks.** Build tasks whose useful grouping is a
-#    property of triples, not pairs (for example a bottleneck of width 2 and three
-#    tasks in a two-dimensional subspace) and compare DMTG with TAG there.
+# Each exercise is followed by a worked solution, folded; try it first. The solutions
+# run on smaller problems than the experiment (the sizes are in their code) and
+# change none of the chapter's results.
+
+# %% [markdown] tags=["exercise"]
+# **1. Noise or not.** Replace Eq. 3's sample by the deterministic
+# $\mathrm{softmax}(\Theta / \tau)$ and run DMTG again, each restart with its own
+# stream as above. Does it still find the planted grouping, and is its error close
+# to the Gumbel version's? Then show that without the noise, $K$ branches that start
+# identical (as the authors' code initialises them) stay identical forever, whatever
+# the data, and check it numerically.
+
+# %% [markdown] tags=["solution"]
+# :::{dropdown} Solution to exercise 1
+# **Why the noise can matter.** Suppose the $K$ branches and their heads start with
+# identical weights and $\Theta$ with identical columns (zeros). Then $L_{ik} = L_i$
+# for every $k$, and the deterministic assignment is $G_{ik} = 1/K$. The gradient of
+# Eq. 4 with respect to branch $k$'s weights $w_k$ is
 #
+# $$\frac{\partial \mathcal L}{\partial w_k} = \sum_i G_{ik}\,
+#   \frac{\partial L_{ik}}{\partial w_k} = \frac1K \sum_i \frac{\partial L_i}{\partial w},$$
+#
+# the same for every $k$, so Adam (whose state also starts equal) moves every branch
+# alike. The gradient with respect to the logits is
+#
+# $$\frac{\partial \mathcal L}{\partial \Theta_{ik}} = \frac{G_{ik}}{\tau}
+#   \Big(L_{ik} - \sum_{k'} G_{ik'} L_{ik'}\Big),$$
+#
+# equal across $k$ for each task (it is zero up to rounding), so the columns of
+# $\Theta$ stay identical and $G$ stays uniform. By induction the branches never
+# separate: without noise, a symmetric start is a fixed point. The Gumbel noise makes
+# $G_{ik}$ differ across $k$ at every step, the branches receive differently weighted
+# gradients, and they split.
+#
+# **What the experiment shows.** Our branches are initialised independently, so the
+# initialisation already breaks the symmetry and the noise is not needed for that:
+# the deterministic version finds the planted grouping in most restarts (a restart
+# can still fail, as the printed counts show) and its median error is close to the
+# Gumbel version's (first cell). Started from identical branches (second cell), the
+# deterministic version keeps them identical to the last bit, while the noisy one
+# pulls them apart. The noise matters for the authors' initialisation, not for ours.
+# :::
+
+# %% tags=["solution", "hide-cell"]
+def softmax_assignment(theta, tau, generator=None):
+    """Eq. 3 without the Gumbel noise: softmax(theta / tau), the same at every step."""
+    return torch.softmax(theta / tau, dim=-1)
+
+
+no_noise = [dmtg(*train, K_MAIN, tau=tau, lr=lr, epochs=cfg.epochs,
+                 finetune=cfg.finetune, gen=run.generator(f"DMTG restart {r}"),
+                 test=test, assign=softmax_assignment) for r in range(restarts)]
+no_noise_median = float(np.median([d["test_mse"] for d in no_noise]))
+print("misassigned without noise:",
+      [misassigned(d["grouping"], truth) for d in no_noise],
+      "with noise:", [d["wrong"] for d in dmtg_runs])
+print(f"median test MSE without noise {no_noise_median:.4f}, with {dmtg_median:.4f}")
+S_NO_NOISE = 1.5  # "close": at most half as much error again as the Gumbel version
+icmlbook.solution_check("median test MSE, no noise / Gumbel",
+                        no_noise_median / dmtg_median, "<=", S_NO_NOISE)
+
+
+# %% tags=["solution", "hide-cell"]
+def branch_spread(assign, n=256, epochs=2):
+    """Largest weight difference between any branch and branch 0 after training K
+    branches (and their heads) that start identical, with the given assignment."""
+    gen = run.generator("identical branches")
+    model = GroupedBranches(D_IN, K_MAIN, n_tasks, gen)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.copy_(p[:1].clone().expand_as(p))
+    train_grouped(train[0][:n], train[1][:n], K_MAIN, model=model, tau=tau, lr=lr,
+                  epochs=epochs, gen=gen, assign=assign)
+    return max(float((p - p[:1]).abs().max()) for p in model.parameters())
+
+
+spread_noise = branch_spread(gumbel_softmax)
+spread_plain = branch_spread(softmax_assignment)
+print(f"largest difference between branches: with noise {spread_noise:.2e}, "
+      f"without {spread_plain:.2e}")
+S_IDENTICAL = 1e-6  # the derivation says exactly 0; this leaves room for rounding
+icmlbook.solution_check("noisy branches separate", spread_noise, ">", S_IDENTICAL)
+icmlbook.solution_check("noiseless branches stay identical", spread_plain, "<=",
+                        S_IDENTICAL)
+
+# %% [markdown] tags=["exercise"]
+# **2. A local exhaustive search.** An exhaustive search would train all 122
+# groupings of Eq. 6 for $N = 6$, $K = 3$. Train just the planted grouping and its
+# twelve neighbours, the groupings one moved task away from it, and rank them by
+# test error. Is the planted grouping first? Using the CPU times per epoch measured
+# above, how many DMTG runs would the whole search cost?
+
+# %% [markdown] tags=["solution"]
+# :::{dropdown} Solution to exercise 2
+# **Reasoning.** A neighbour moves one task $i$ onto a branch that serves another
+# group. With a width-1 bottleneck that branch carries the other group's feature
+# $s_{g'}$, and task $i$ must be read from it. Since the group directions have cosine
+# $\rho$, $s_{g'}$ still holds part of $s_{g(i)}$, so the moved task is not lost, but
+# its error rises, and the group it left or joined may lose some accuracy too. Every
+# neighbour should therefore be worse than the planted grouping: the planted
+# grouping is a strict local optimum of the search.
+#
+# **What it shows.** The planted grouping ranks first among the thirteen, with a
+# clear gap to the runner-up (the code prints both). The whole search would train
+# 122 groupings; priced at the cheapest network's epoch, the cost check of the
+# claims already bounds it from below, in DMTG runs (printed again here). The
+# search was run on a fresh data set of the same family, with fewer training points
+# than the experiment (the sizes are in the code).
+# :::
+
+# %% tags=["solution", "hide-cell"]
+local = run.pick(smoke=dict(n=600, epochs=12), default=dict(n=1000, epochs=budget))
+(ex_train, ex_test), ex_truth = make_splits(GROUPS, PER_GROUP, (local.n, 1000),
+                                            run.rng("exercise data"), rho, minor)
+planted_g = canonical(ex_truth)
+neighbours = sorted({canonical([h if j == i else g for j, g in enumerate(ex_truth)])
+                     for i in range(n_tasks) for h in range(GROUPS)
+                     if h != ex_truth[i]})
+local_mse = {}
+for g in [planted_g] + neighbours:
+    model, _, _ = train_grouped(*ex_train, max(g) + 1, g, lr=lr, epochs=local.epochs,
+                                gen=run.generator("fixed grouping"))
+    local_mse[g] = pruned_mse(model, g, *ex_test)
+ranked = sorted(local_mse, key=local_mse.get)
+runner_up = local_mse[ranked[1]] if ranked[0] == planted_g else local_mse[ranked[0]]
+print(f"{len(neighbours)} neighbours; the planted grouping ranks "
+      f"{ranked.index(planted_g) + 1} of {len(ranked)}: test MSE "
+      f"{local_mse[planted_g]:.4f}, best other {runner_up:.4f}")
+print(f"the whole search over {n_groupings} groupings: at least "
+      f"{search_seconds / dmtg_seconds:.0f} DMTG runs of CPU time")
+S_LOCAL = 1.0  # the planted grouping is first: every neighbour has a larger error
+icmlbook.solution_check("best other grouping / planted grouping, test MSE",
+                        runner_up / local_mse[planted_g], ">", S_LOCAL)
+
+# %% [markdown] tags=["exercise"]
+# **3. Counting groupings.** Derive Eq. 6 in closed form and check the formula
+# against the enumeration `all_groupings`. How fast does an exhaustive search grow
+# with $N$ at fixed $K$, and how fast does the DMTG network grow?
+
+# %% [markdown] tags=["solution"]
+# :::{dropdown} Solution to exercise 3
+# **Derivation.** A grouping of $N$ tasks into exactly $j$ non-empty, unlabelled
+# groups is a surjection from the tasks onto $j$ labels, divided by the $j!$
+# relabellings. By inclusion-exclusion over the labels left unused, the surjections
+# number $\sum_{i=0}^{j} (-1)^i \binom{j}{i} (j - i)^N$, so
+#
+# $$S(N, j) = \frac{1}{j!} \sum_{i=0}^{j} (-1)^i \binom{j}{i} (j-i)^N, \qquad
+#   \#\text{groupings}(N, K) = \sum_{j=1}^{K} S(N, j).$$
+#
+# The $i = 0$ term dominates: $S(N, K) \approx K^N / K!$, so at fixed $K$ an
+# exhaustive search grows exponentially in $N$ (and with the Bell numbers when $K =
+# N$). DMTG trains one network with $K$ branches and $KN$ heads: linear in $K$ and
+# $N$, and one training whatever the count.
+#
+# **What it shows.** The formula agrees with the enumeration for every size checked
+# (the code compares them), and the printed counts show the exponential growth.
+# :::
+
+# %% tags=["solution", "hide-cell"]
+from math import comb, factorial
+
+
+def n_groupings_formula(N, K):
+    """Eq. 6 by inclusion-exclusion: sum over j <= K of the Stirling numbers S(N, j)."""
+    return sum(sum((-1) ** i * comb(j, i) * (j - i) ** N for i in range(j + 1))
+               // factorial(j) for j in range(1, K + 1))
+
+
+largest = run.pick(smoke=dict(N=6), default=dict(N=8)).N  # enumeration: K^N labellings
+sizes = [(N, K) for N in range(1, largest + 1) for K in range(1, 5)]
+gap = max(abs(n_groupings_formula(N, K) - len(all_groupings(N, K))) for N, K in sizes)
+print("groupings into at most 4 groups:",
+      ", ".join(f"N={N}: {n_groupings_formula(N, 4):,}" for N in (6, 10, 20, 40)))
+S_EXACT = 0  # counts are integers: the formula and the enumeration agree exactly
+icmlbook.solution_check("largest |formula - enumeration|", gap, "<=", S_EXACT)
+
+# %% [markdown]
 # ## References
 #
 # - Y. Gao, S. Jiang, M. Li, J.-G. Yu, G.-S. Xia. DMTG: One-Shot Differentiable

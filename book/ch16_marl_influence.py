@@ -41,8 +41,12 @@
 # reward, the state and the other agents' *actions*, with a SARSA critic and running
 # averages with decaying step sizes.
 #
-# **The claim.** The decentralised estimates converge to the exact TIM and SIM (the paper
-# proves error bounds and convergence), and they reveal "intricate influence structures".
+# **The claim.** The paper's headlines, in its abstract: approximation algorithms for TIM
+# and SIM "with simultaneously learning approximations of agents' expected returns, error
+# bounds, stability analyses under changes of the policies, and convergence guarantees",
+# which rely "only on observing other agents' actions" and are otherwise "fully
+# decentralized"; and "through empirical studies, we validate our approach's
+# effectiveness in identifying intricate influence structures in complex interactions".
 # We build a small average-reward MDP whose influence graph we know, with one influence
 # that travels only through the transitions and one XOR coupling, compute the exact TIM
 # and SIM by linear algebra, and test the estimator in two ways. Against its own
@@ -50,11 +54,13 @@
 # long run removed), and with the critic's step held constant at the value of the
 # authors' experiments. Against the strongest fair baseline we found: lagged
 # action-reward correlation on the same rollout, computed within each state, with its
-# best lag and its best threshold chosen in hindsight. What this book adds or changes:
+# best lag and its best threshold chosen in hindsight. The paper's verdict, headline by
+# headline, is printed with the claims below. What this book adds or changes:
 # one hand-built MDP instead of the paper's randomly generated ones; exact values from
 # the fundamental matrix of the Markov chain; a decaying critic step (the authors'
 # experiments use a constant one; we keep their averaging schedules); and a
-# threshold-free *separation* score (Eq. 9) to compare detectors.
+# threshold-free *separation* score (Eq. 10) to compare detectors. Stability under
+# policy changes is not tested: every policy here is fixed.
 
 # %% tags=["parameters"]
 tier = "default"  # smoke | default | full: size of the experiment
@@ -104,6 +110,7 @@ cfg = run.pick(
         lrs=(0.036, 0.009),
         widget_T=1000,
         widget_T_max=2000,
+        mc_draws=20000,
     ),
     default=dict(
         T=60000,
@@ -111,6 +118,7 @@ cfg = run.pick(
         lrs=(0.036, 0.018, 0.009, 0.0045),
         widget_T=10000,
         widget_T_max=20000,
+        mc_draws=200000,
     ),
     full=dict(
         T=300000,
@@ -118,6 +126,7 @@ cfg = run.pick(
         lrs=(0.036, 0.018, 0.009, 0.0045, 0.00225),
         widget_T=20000,
         widget_T_max=60000,
+        mc_draws=1000000,
     ),
 )
 N_AGENTS = 4  # agents, each with N_ACTIONS = 2 actions
@@ -593,8 +602,7 @@ def separation(M, D):
 # rollout.
 
 # %%
-rng = np.random.default_rng(seed)
-states, actions = sample_trajectory(P, pi, cfg.T, rng)
+states, actions = sample_trajectory(P, pi, cfg.T, run.rng("trajectory"))
 rewards = R[:, states[:-1], actions[:-1]].T  # what each agent was paid, row t
 grid = np.unique(np.r_[np.geomspace(200, cfg.T, 16).astype(int), cfg.checks])
 critics = [("decaying", critic_decay), ("myopic", critic_decay)]
@@ -782,9 +790,10 @@ print(
 # A constant critic step keeps $\hat Q$ noisy forever, and every range in Eq. 3 carries
 # a bias of the order of that noise: the error stalls at a floor set by the step. The
 # authors' step stalls early; a smaller step lowers the floor but takes longer to get
-# there. Tuned in hindsight for the last checkpoint, a constant step comes close to the
-# decaying schedule there (the line above), but only there: it has to know the budget,
-# and it is far off at the earlier checkpoints. Decaying steps need neither.
+# there. Tuned in hindsight for the last checkpoint, a constant step closes much of the
+# gap to the decaying schedule there (the line above), but not all of it, and only
+# there: it has to know the budget, and it is far off at the earlier checkpoint.
+# Decaying steps need neither.
 #
 # SIM is state-dependent where the influence is: agent 1 matters most for agent 2 in the
 # states next to state 0, from where its push decides whether the chain lands on the
@@ -792,28 +801,30 @@ print(
 #
 # ## Claims
 #
-# The thresholds below were fixed before the final runs; each line says where its number
-# comes from. Paper claims first (what the paper says the method does, each against its
-# ablation or the strongest fair baseline), then checks (what must hold if the code is
-# right, but is no evidence for the paper). All estimates are read at the last
-# checkpoint, $t$ = `t_late`.
+# The thresholds below were calibrated on seeds 0-9 and frozen before seeds 10-19 were
+# run; each line says where its number comes from. Paper claims first (what the paper
+# says the method does, each against its ablation or the strongest fair baseline), then
+# checks (what must hold if the code is right, but is no evidence for the paper), then
+# findings (what the paper states and we measure without claiming it), and the paper's
+# headlines, each graded from the claims and findings that test it by one fixed rule:
+# *reproduced* when every claim holds at full strength and every finding goes the
+# paper's way, *partly* when a claim holds only in a weaker form or a finding goes
+# against the paper, *not reproduced* when nothing holds. All estimates are read at the
+# last checkpoint, $t$ = `t_late`.
 
 # %% tags=["thresholds"]
-# sep(TIM^) - sep(myopic^), Eq. 10: 0.235-0.266 on seeds 0-9, 0.239-0.276 on 10-19; half
-# the worst
+# sep(TIM^) - sep(myopic^), Eq. 10: 0.247-0.269 on seeds 0-9; about half the worst
 C_SEP_VS_MYOPIC = 0.12
-# sep(TIM^) - sep(best lagged corr): 0.241-0.273 on seeds 0-9, 0.243-0.284 on 10-19;
-# half the worst
+# sep(TIM^) - sep(best lagged corr): 0.251-0.275 on seeds 0-9; about half the worst
 C_SEP_VS_CORR = 0.12
-# TIM^ error at t_late: 0.041-0.049 on seeds 0-9, 0.037-0.048 on 10-19; authors' step
-# 0.10-0.12
+# TIM^ error at t_late: 0.035-0.049 on seeds 0-9; authors' constant step 0.103-0.116
 C_TIM_ERR = 0.075
-# SIM^ error at t_late: 0.035-0.046 on seeds 0-9, 0.025-0.040 on 10-19; authors' step
-# 0.08-0.10
+# SIM^ error at t_late: 0.028-0.044 on seeds 0-9; authors' constant step 0.076-0.109
 C_SIM_ERR = 0.065
 # |d P - d| and |Eq. 6 - brute-force Eq. 2|: rounding and truncation only
 C_EXACT = 1e-8
 C_ZERO = 1e-12  # quantities zero by construction: rounding only
+# the paper's verdict follows icmlbook.verdicts' rule, fixed before the final sweep
 
 # %%
 run.claim(
@@ -826,6 +837,8 @@ run.claim(
     versus="ablation",
     against="the same estimator, critic tracking the immediate reward (no gain, no "
             "bootstrap term), same trajectory",
+    strength="superiority",
+    provenance="calibrated",
 )
 run.claim(
     "separation: TIM^ minus lagged correlation",
@@ -837,6 +850,8 @@ run.claim(
     versus="baseline",
     against="|corr(a_j,t, r_i,t+k)|, plain or within each state, best lag k <= 2 and "
             "best threshold in hindsight, same rollout",
+    strength="superiority",
+    provenance="calibrated",
 )
 run.claim(
     "TIM^ max relative error",
@@ -848,6 +863,8 @@ run.claim(
     versus="ablation",
     against=f"the critic's step held constant at the authors' {AUTHORS_LR}, same "
             f"averaging schedules",
+    strength="superiority",
+    provenance="calibrated",
 )
 run.claim(
     "SIM^ max relative error",
@@ -859,6 +876,8 @@ run.claim(
     versus="ablation",
     against=f"the critic's step held constant at the authors' {AUTHORS_LR}, same "
             f"averaging schedules",
+    strength="superiority",
+    provenance="calibrated",
 )
 
 xor_corr = max(population_corr(P_pi, d_exact.ravel(), r_flat, ACTS, k)[j, 1]
@@ -890,6 +909,65 @@ run.check(
     "a_1 alone, at every lag",
     digits=2,
 )
+run.finding(
+    "authors' constant critic step: TIM^ max relative error",
+    err_lr[AUTHORS_LR][t_late],
+    "<=",
+    C_TIM_ERR,
+    paper="the approximation algorithm, with simultaneously learned critics, converges "
+          "to TIM; the authors' fixed-policy runs use a constant critic "
+          f"step {AUTHORS_LR}",
+    shows="with that step the critic never settles and the TIM error stalls at a floor "
+          "above the bar the decaying critic meets",
+)
+run.finding(
+    "authors' constant critic step: SIM^ max relative error",
+    err_lr_sim[AUTHORS_LR],
+    "<=",
+    C_SIM_ERR,
+    paper="the approximation algorithm converges to SIM; the authors' fixed-policy "
+          f"runs use a constant critic step {AUTHORS_LR}",
+    shows="with that step the SIM error stalls at a floor above the decaying "
+          "critic's bar",
+)
+run.finding(
+    "decaying critic / best constant step in hindsight: TIM^ error ratio",
+    err_tim[t_late] / err_lr[best_lr][t_late],
+    "<",
+    1.0,
+    paper="the approximation algorithm comes with convergence guarantees",
+    shows="a constant critic step tuned in hindsight for the budget closes much of the "
+          "gap to the decaying one at that budget, but not all of it, and it has to "
+          "know the budget",
+)
+run.headline(
+    "identifies influence structures",
+    "Through empirical studies, we validate our approach's effectiveness in "
+    "identifying intricate influence structures in complex interactions.",
+    source="Abstract; empirical studies",
+    claims=["separation: TIM^ minus its myopic ablation",
+            "separation: TIM^ minus lagged correlation"],
+)
+run.headline(
+    "convergent decentralised estimates",
+    "we provide approximation algorithms for TIM and SIM with simultaneously learning "
+    "approximations of agents' expected returns, error bounds, [...] and convergence "
+    "guarantees. The approximation algorithm "
+    "relies only on observing other agents' actions and is, other than that, fully "
+    "decentralized.",
+    source="Abstract; theory",
+    claims=["TIM^ max relative error", "SIM^ max relative error"],
+    findings=["authors' constant critic step: TIM^ max relative error",
+              "authors' constant critic step: SIM^ max relative error"],
+)
+run.headline(
+    "stable under policy changes",
+    "stability analyses under changes of the policies",
+    source="Abstract; learning-policy experiments",
+    testable=False,
+    why="the chapter keeps every policy fixed; the learning-policy scenario (an actor "
+        "changing the policy while TIM is estimated) is not run",
+)
 run.metric("tim_error", {str(t): err_tim[t] for t in cfg.checks})
 run.metric("sim_error", {str(t): err_sim[t] for t in cfg.checks})
 run.metric("constant_step_tim_error", {str(lr): {str(t): e[t] for t in cfg.checks}
@@ -911,9 +989,11 @@ run.verdict()
 # ## Across seeds
 #
 # One run is one seed. The table and strip plot below read this chapter's results file,
-# made by `icmlbook sweep 16 --seeds 0-9 --update-results`: every claim and check over
-# seeds 0-9 at the default tier, with the number of seeds on which it holds and its worst
-# margin (how far inside the threshold the worst seed stayed).
+# made by `icmlbook sweep 16 --seeds 0-19 --update-results`: every claim, check and
+# finding at the default tier, on the calibration seeds 0-9 (on which the thresholds
+# were set) and, apart, on the confirmation seeds 10-19 (run once, after the thresholds
+# were frozen), with the number of seeds on which each holds and its worst margin (how
+# far inside the threshold the worst seed stayed).
 
 # %%
 across = icmlbook.across_seeds(run)
@@ -1029,7 +1109,7 @@ def update(couplings, driver, coupling, mix_w, p_one, steps, critic, state, thr)
     Pw, Rw = make_env(pairs, drv, mix_w, coupling)
     piw = product_policy(p_one, N_STATES, N_AGENTS)
     tim_w, sim_w, _, _ = exact_impacts(Pw, piw, Rw, DEV)
-    st_w, ac_w = sample_trajectory(Pw, piw, steps, np.random.default_rng(seed + 1))
+    st_w, ac_w = sample_trajectory(Pw, piw, steps, run.rng("widget trajectory"))
     g = np.unique(np.geomspace(100, steps, 10).astype(int))
     param = AUTHORS_LR if critic == "constant" else critic_decay
     th, sh, sn = estimate_impacts(
@@ -1101,7 +1181,7 @@ icmlbook.explore(update, controls, run=run)
 # | environments | randomly generated MDPs (5 agents, 5 states) with random dependency graphs; a learning-policy scenario | one hand-built MDP (4 agents, 4 states) with a known graph, an XOR coupling and a transition-mediated edge; fixed policies |
 # | the key ingredient | impact measured on the long-run value | against the myopic ablation, by the separation of Eq. 10 (claim "separation: TIM^ minus its myopic ablation", `C_SEP_VS_MYOPIC`) |
 # | baseline | none of this kind in the paper | lagged action-reward correlation, plain or within each state, best lag and threshold in hindsight (claim "separation: TIM^ minus lagged correlation", `C_SEP_VS_CORR`) |
-# | convergence | guaranteed with decaying steps | TIM and SIM errors at the last checkpoint within `C_TIM_ERR` and `C_SIM_ERR`, against the authors' constant critic step (claims "TIM^ max relative error", "SIM^ max relative error") |
+# | convergence | error bounds and convergence guarantees (theory); experiments with a constant critic step | TIM and SIM errors at the last checkpoint within `C_TIM_ERR` and `C_SIM_ERR`, against the authors' constant critic step (claims "TIM^ max relative error", "SIM^ max relative error") |
 # | checks | — | exact solver against the direct sum of Eq. 2 (`C_EXACT`); the zeros of the construction: ruled-out edges, the myopic $1 \to 2$ entry, the XOR correlations (`C_ZERO`) |
 #
 # Where the comparison is generous to TIM, and where it is not. The correlation baseline
@@ -1110,33 +1190,194 @@ icmlbook.explore(update, controls, run=run)
 # would reveal it (Exercise 3), and conditioning on all actions and the state turns the
 # correlation into a model of $\mathbb E[r \mid s, a]$, which is the myopic ablation;
 # adding lags turns it, in the end, into a model of the future value, which is TIM. On
-# the step sizes: a constant critic step tuned in hindsight for the budget comes close to
-# our decaying one at that budget (printed above); the decaying step's advantage is that
-# it needs no budget and keeps converging, as the paper's guarantees require.
+# the step sizes: a constant critic step tuned in hindsight for the budget comes closer
+# to our decaying one at that budget (printed above) than the authors' step does; the
+# decaying step stays ahead, needs no budget and keeps converging.
 #
-# What we did not reproduce: the learning-policy scenario (the actor of Zhang et al.'s
+# **What did not reproduce, and what was not tested.** With the critic step of the
+# authors' own fixed-policy runs (`AUTHORS_LR`), the estimate does not converge to the
+# exact TIM and SIM here: the critic never settles and the error stalls at a floor above
+# the bars the decaying critic meets (the convergence table above; recorded as two
+# findings, so the convergence headline is reproduced only *partly*: with a decaying
+# critic step of our own). A constant step tuned in hindsight for the budget closes much
+# of that gap at that budget, though not all of it (a third finding, whose ratio is
+# printed with the claims). Not tested: the learning-policy scenario (the actor of Zhang et al.'s
 # networked actor–critic, with the analytical TIM recomputed as the policy changes) and
-# the paper's stability-under-policy-change results; the randomly generated environments;
-# any of the paper's figures or numbers (we did not retrieve them, so the comparison is
-# with its claims). The exact-value construction (Eq. 6), the decaying critic step, the
-# separation score, the correlation baseline and the default threshold are ours.
+# stability under policy changes; the randomly generated environments; any of the
+# paper's figures or numbers (the comparison is with the claims of its abstract). The
+# exact-value construction (Eq. 6), the decaying critic step, the separation score, the
+# correlation baseline and the default threshold are ours.
+#
+# **Paper coverage.**
+#
+# | the paper's result | here |
+# |---|---|
+# | TIM and SIM in the average-reward setting (definitions) | implemented exactly (Eqs. 3–6); checks "exact TIM: Eq. 6 = brute-force Eq. 2", "exact TIM on edges the construction rules out" |
+# | total and state influence measurement functions (general, e.g. discounted) | out of scope: the chapter works with their average-reward instances only |
+# | the decentralised approximation algorithm | implemented (Eqs. 7–8); decentralisation held by a unit test |
+# | error bounds and convergence guarantees (theory) | tested empirically, not re-proved: claims "TIM^ max relative error", "SIM^ max relative error"; findings on the authors' constant critic step |
+# | stability under changes of the policies (theory) and the learning-policy experiments | out of scope: every policy is fixed (headline marked not testable) |
+# | fixed-policy experiments on randomly generated environments | replaced by one hand-built MDP with a known graph: claims "separation: TIM^ minus its myopic ablation", "separation: TIM^ minus lagged correlation" |
 
 # %% [markdown]
 # ## Exercises
+
+# %% [markdown] tags=["exercise"]
+# **Exercise 1. The bias of a range.** If $\hat Q_i(s,(a_{-j},b)) = Q_i + \sigma\xi_b$
+# with independent standard normal $\xi_b$ and two actions, show that the expected impact
+# sample of a null edge is $2\sigma/\sqrt\pi$, and check it by simulation. If a critic
+# with a constant step $\alpha$ fluctuates with a variance proportional to $\alpha$, how
+# should the floor of the null entries move as $\alpha$ shrinks?
+
+# %% [markdown] tags=["solution"]
+# :::{dropdown} Solution to exercise 1
+# On a null edge both counterfactual values have the same true $Q_i$, so the impact
+# sample (Eq. 3) is the range of two noisy copies,
 #
-# 1. **The bias of a range.** If $\hat Q_i(s,(a_{-j},b)) = Q_i + \sigma\xi_b$ with
-#    independent standard normal $\xi_b$ and two actions, show that the expected impact
-#    sample of a null edge is $2\sigma/\sqrt\pi$. Use it to predict the constant-step
-#    error floor from the variance of the SARSA critic at $\alpha = 0.036$.
-# 2. **Policy matters.** Bias agent 1's policy to $\pi_1(a=1) = 0.8$. Compute
-#    $|\mathrm{corr}(a_0, r_1)|$ in closed form: the XOR edge becomes visible to the
-#    correlation baseline, while $\mathrm{TIM}_{0\to 1}$ stays exactly 1. Why does
-#    biasing agent 0 alone leave the correlation at zero? Check with the widget.
-# 3. **A smarter correlation.** Compute $|\mathrm{corr}(a_{j,t}, r_{i,t} \mid s_t, a_{i,t})|$,
-#    the correlation within each state *and* each own action of the receiver. It finds
-#    the XOR edge here. Build an MDP where it fails and TIM does not: an influence that
-#    needs two steps and a chain of agents, or a three-way "all match" reward.
+# $$\max_b \hat Q - \min_b \hat Q = \sigma\,|\xi_0 - \xi_1|, \qquad
+#   \xi_0 - \xi_1 \sim \mathcal N(0, 2).$$
 #
+# For $Z \sim \mathcal N(0, v)$, $\mathbb E|Z| = \sqrt{2v/\pi}$; with $v = 2$,
+#
+# $$\mathbb E\big[\widehat{\mathrm{IS}}_{j\to i}\big] = \sigma\sqrt{4/\pi} =
+#   \frac{2\sigma}{\sqrt\pi} > 0 .$$
+#
+# The bias is linear in the noise level $\sigma$. If $\sigma^2 \propto \alpha$, the floor
+# scales like $\sqrt\alpha$: quartering the step halves it, once the critic has had time
+# to forget its start (a small step takes longer to get there, which is why the best
+# constant step depends on the budget). A decaying step sends $\sigma$, and with it the
+# bias, to zero. The cell below draws the noisy ranges and compares their mean with the
+# formula (the number of draws is set by the tier), then prints the mean of the null
+# entries of $\widehat{\mathrm{TIM}}$, relative to its largest entry, for each constant
+# step of the experiment and for the decaying critic.
+# :::
+
+# %% tags=["solution", "hide-cell"]
+sigma = 0.1  # any noise level: the ratio below does not depend on it
+xi = run.rng("exercise 1").standard_normal((cfg.mc_draws, 2))
+range_mean = (sigma * np.abs(xi[:, 0] - xi[:, 1])).mean()
+ratio = range_mean / (2 * sigma / np.sqrt(np.pi))
+print(f"mean range of two noisy copies / (2 sigma / sqrt(pi)) = {ratio:.4f} "
+      f"({cfg.mc_draws} draws)")
+for lr in cfg.lrs:
+    null = snaps_lr[lr][t_late][0]
+    print(f"constant step {lr:<7}: mean null entry of TIM^ / max TIM^ = "
+          f"{null[~D_true].mean() / null.max():.3f}")
+print(f"decaying critic      : mean null entry of TIM^ / max TIM^ = "
+      f"{tim_late[~D_true].mean() / tim_late.max():.3f}")
+# 5.6 standard errors of the mean at the smoke tier's draws (relative sd of |Z| is
+# sqrt(pi/2 - 1) = 0.76)
+S_MC_TOL = 0.03
+icmlbook.solution_check("|simulated mean range / (2 sigma / sqrt(pi)) - 1|",
+                        abs(ratio - 1), "<=", S_MC_TOL)
+
+# %% [markdown] tags=["exercise"]
+# **Exercise 2. Policy matters.** Bias agent 1's policy to $\pi_1(a=1) = 0.8$. Compute
+# $|\mathrm{corr}(a_0, r_1)|$ in closed form: the XOR edge becomes visible to the
+# correlation baseline, while $\mathrm{TIM}_{0\to 1}$ stays exactly 1. Why does biasing
+# agent 0 alone leave the correlation at zero? Check both with `population_corr` and
+# `exact_impacts`.
+
+# %% [markdown] tags=["solution"]
+# :::{dropdown} Solution to exercise 2
+# Here $r_1 = \mathbf 1[a_0 = a_1]$, and under a product policy that does not depend on
+# the state, $a_0 \sim \mathrm{Bern}(p_0)$ and $a_1 \sim \mathrm{Bern}(p_1)$ are
+# independent of each other and of $s$. Then
+# $\mathbb E[r_1 \mid a_0 = 1] = p_1$ and $\mathbb E[r_1 \mid a_0 = 0] = 1 - p_1$, so
+#
+# $$\mathrm{Cov}(a_0, r_1) = p_0(1-p_0)\,(2p_1 - 1).$$
+#
+# With $p_0 = 1/2$, $r_1 \sim \mathrm{Bern}(1/2)$ and both variances are $1/4$:
+#
+# $$|\mathrm{corr}(a_0, r_1)| = |2p_1 - 1|,$$
+#
+# which is $0.6$ at $p_1 = 0.8$. Biasing agent 0 alone ($p_1 = 1/2$) leaves the
+# covariance at zero whatever $p_0$ is: $\mathbb E[r_1 \mid a_0]$ is $1/2$ either way,
+# because agent 1 matches or mismatches with equal chance. TIM does not care about the
+# policy here: switching $a_0$ always switches the match, so $r_1$ changes by exactly 1,
+# and $a_0$ does not enter the transitions (agent 1 drives the state), so the future part
+# of $Q_1$ is the same for both values of $a_0$. Every impact sample of $0 \to 1$ is 1,
+# and so is its average. The cell computes the three quantities exactly and asserts the
+# largest deviation from these closed forms.
+# :::
+
+# %% tags=["solution", "hide-cell"]
+def policy_case(p_one):
+    """Exact |corr(a_0, r_1)| at lag 0 and exact TIM_{0->1} under a biased policy."""
+    Pb, Rb = make_env(mix=mix)
+    pib = product_policy(p_one, N_STATES, N_AGENTS)
+    P_pib = state_action_chain(Pb, pib)
+    db = stationary(P_pib)
+    c = population_corr(P_pib, db, Rb.reshape(N_AGENTS, -1).T, ACTS, 0)
+    return c[0, 1], exact_impacts(Pb, pib, Rb, DEV)[0][0, 1]
+
+
+corr_1, tim_1 = policy_case((0.5, 0.8, 0.5, 0.5))  # agent 1 biased
+corr_0, tim_0 = policy_case((0.8, 0.5, 0.5, 0.5))  # agent 0 biased
+print(f"agent 1 biased: |corr(a_0, r_1)| = {corr_1:.6f} (closed form 2 * 0.8 - 1), "
+      f"TIM 0->1 = {tim_1:.6f}")
+print(f"agent 0 biased: |corr(a_0, r_1)| = {corr_0:.1e}, TIM 0->1 = {tim_0:.6f}")
+deviation = max(abs(corr_1 - (2 * 0.8 - 1)), abs(tim_1 - 1), corr_0, abs(tim_0 - 1))
+S_CLOSED_FORM = 1e-9  # closed forms: rounding of the linear algebra only
+icmlbook.solution_check("largest deviation from the closed forms", deviation, "<=",
+                        S_CLOSED_FORM, digits=2)
+
+# %% [markdown] tags=["exercise"]
+# **Exercise 3. A smarter correlation.** Compute
+# $|\mathrm{corr}(a_{j,t}, r_{i,t} \mid s_t, a_{i,t})|$, the correlation within each state
+# *and* each own action of the receiver, averaged over the groups. Show that it finds the
+# XOR edge $0 \to 1$ here. Then build an MDP where it fails and TIM does not, for
+# example with a three-way parity reward.
+
+# %% [markdown] tags=["solution"]
+# :::{dropdown} Solution to exercise 3
+# Given $a_1$, the XOR reward $r_1 = \mathbf 1[a_0 = a_1]$ is $a_0$ itself (if $a_1 = 1$)
+# or $1 - a_0$ (if $a_1 = 0$): within each group the correlation is $\pm 1$, and the
+# conditional detector sees the edge perfectly. Conditioning on one more action defeats
+# one level of interaction, not all of them. Give agent 2 the parity reward
+# $r_2 \mathrel{+}= \mathbf 1[a_0 \oplus a_1 \oplus a_2 = 0]$. Within a group
+# $(s, a_2)$, the reward is $\mathbf 1[a_0 = a_1 \oplus a_2]$, and with $a_1$ uniform and
+# independent of $a_0$ this is again a fair coin independent of $a_0$: the conditional
+# correlation of $a_0$ with $r_2$ is exactly zero. TIM still sees the edge: switching
+# $a_0$ always flips the parity, so the immediate reward changes by exactly 1, while the
+# future is untouched ($a_0$ does not drive the state), so $\mathrm{TIM}_{0\to 2} = 1$.
+# The cell computes the conditional correlation exactly from the stationary distribution
+# (lag 0) and asserts the gap between what TIM and the detector see.
+# :::
+
+# %% tags=["solution", "hide-cell"]
+def conditional_corr(d, r, a_j, a_i, s):
+    """sum_g p(g) |corr(a_j, r | g)| over the groups g = (s, a_i), exactly under d."""
+    total = 0.0
+    for g in {(u, v) for u, v in zip(s, a_i)}:
+        w = d * ((s == g[0]) & (a_i == g[1]))
+        if w.sum() == 0:
+            continue
+        w = w / w.sum()
+        x, y = a_j - w @ a_j, r - w @ r
+        sd = np.sqrt((w @ x**2) * (w @ y**2))
+        total += d[(s == g[0]) & (a_i == g[1])].sum() * (abs(w @ (x * y)) / sd
+                                                          if sd > 0 else 0.0)
+    return total
+
+
+s_all = np.repeat(np.arange(N_STATES), len(ACTS))  # the state of every (s, a) pair
+a_all = np.tile(ACTS, (N_STATES, 1))  # the individual actions of every (s, a) pair
+cc_xor = conditional_corr(d_exact.ravel(), r_flat[:, 1], a_all[:, 0], a_all[:, 1],
+                          s_all)
+P3, R3 = make_env(mix=mix)
+R3[2] += (ACTS[:, 0] ^ ACTS[:, 1] ^ ACTS[:, 2]) == 0  # agent 2's three-way parity
+tim_par, _, _, d_par = exact_impacts(P3, pi, R3, DEV)
+cc_par = conditional_corr(d_par.ravel(), R3[2].ravel(), a_all[:, 0], a_all[:, 2], s_all)
+print(f"chapter MDP, XOR edge 0->1: conditional |corr| = {cc_xor:.3f}")
+print(f"parity MDP, edge 0->2: conditional |corr| = {cc_par:.1e}, exact TIM = "
+      f"{tim_par[0, 2]:.3f}")
+gap = min(cc_xor, tim_par[0, 2]) - cc_par
+S_GAP = 0.99  # the derivation gives exactly 1; the margin covers rounding only
+icmlbook.solution_check("min(conditional |corr| on XOR, TIM 0->2 on parity) - "
+                        "conditional |corr| on parity", gap, ">=", S_GAP)
+
+# %% [markdown]
 # ## References
 #
 # - F. R. Pieroth, K. Fitch, L. Belzner. Detecting Influence Structures in Multi-Agent

@@ -39,22 +39,30 @@
 # trials, feed the network a *window* of the most recent episodes, so it never sees a
 # context longer than in training, and let the window slide.
 #
-# **The claim.** On shifted tasks PSBL keeps improving long past the training horizon
-# and beats meta-RL agents that exploit their belief greedily. **What stands in for the
-# paper, and what is ours.** This chapter is a *reduction* of the paper's setting: the
-# tasks are 5-armed Bernoulli bandits instead of gridworlds and MuJoCo (so there is no
-# observation to predict), a pull is a step and an episode is a block of ten pulls; the
-# shift moves every arm's mean from $[0, \frac12]$ in training to $[\frac12, 1]$ at test.
-# The network is trained on offline histories of simple behaviour policies rather than
-# by PSBL's own on-policy meta-training, and its action target is the *exact* PPD of the
-# training prior (a known product of uniforms) rather than the paper's annealed
-# Boltzmann target of a learned critic; there is no critic. The paper's meta-RL
-# baselines (RL², VariBAD, AMAGO, trained with RL) are stood in for by the *same*
-# network used greedily, which isolates the sampling ingredient. We add the bandit
-# references a reader should ask for: Thompson sampling with the true test prior and
-# with a flat prior, and UCB1. Reconstructed, not taken from the paper's text: the
-# exact form of its loss (Eq. 4), the window's bookkeeping (Eq. 6) and the measure
-# $\rho$ of improvement past the training horizon (Eq. 7).
+# **The claims.** The abstract makes two, in these words: the agent "samples actions
+# from the approximate PPD to perform online exploration, which progressively reduces
+# uncertainty and enhances performance in the interaction with the environment", and
+# "PSBL significantly outperforms standard Meta RL methods both in tasks with sparse
+# rewards and dense rewards when the test task distribution is strictly shifted from
+# the training distribution". The verdict on each, by a rule fixed before the final
+# runs, is printed with the claims below.
+#
+# **What stands in for the paper, and what is ours.** This chapter is a *reduction* of
+# the paper's setting: the tasks are 5-armed Bernoulli bandits instead of gridworlds
+# and MuJoCo (so there is no observation to predict), a pull is a step and an episode
+# is a block of ten pulls; the shift moves every arm's mean from $[0, \frac12]$ in
+# training to $[\frac12, 1]$ at test. The network is trained on offline histories of
+# simple behaviour policies rather than by PSBL's own on-policy meta-training, and its
+# action target is the *exact* PPD of the training prior (a known product of uniforms)
+# rather than the paper's annealed Boltzmann target of a learned critic; there is no
+# critic. The paper's meta-RL baselines (RL², VariBAD, AMAGO, trained with RL) are
+# stood in for by the *same* network used greedily, which isolates the sampling
+# ingredient. We add the bandit references a reader should ask for, recorded as
+# findings rather than claims, since the paper makes no such comparison: Thompson
+# sampling with the true test prior and with a flat prior, and UCB1. Reconstructed, not
+# taken from the paper's text: the exact form of its loss (Eq. 4), the window's
+# bookkeeping (Eq. 6) and the measure $\rho$ of improvement past the training horizon
+# (Eq. 7).
 
 # %% tags=["parameters"]
 tier = "default"  # smoke | default | full: size of the experiment
@@ -103,7 +111,7 @@ icmlbook.use_style()
 cfg = run.pick(
     smoke=dict(steps=20, batch=16, d=16, d_ff=32, n_test=16, n_indist=16,
                max_pulls=100, widget_tasks=4, widget_pulls=100),
-    default=dict(steps=300, batch=32, d=32, d_ff=64, n_test=200, n_indist=100,
+    default=dict(steps=300, batch=32, d=32, d_ff=64, n_test=400, n_indist=100,
                  max_pulls=1000, widget_tasks=12, widget_pulls=300),
     full=dict(steps=1500, batch=64, d=48, d_ff=192, n_test=400, n_indist=400,
               max_pulls=1000, widget_tasks=24, widget_pulls=300),
@@ -206,7 +214,10 @@ print(f"tier {tier}: {cfg.steps} updates of {cfg.batch} histories, d = {cfg.d}; 
 #
 # ### Tasks and offline histories
 #
-# Eq. 1, and a pull. Every random number goes through a `torch.Generator`.
+# Eq. 1, and a pull. Every random number goes through a `torch.Generator` passed in
+# as an argument; each comes from a named stream of the run (`run.generator(name)`), so
+# the pretraining data, the test tasks and each policy's draws are independent streams
+# of one seed.
 
 # %%
 def sample_tasks(n, prior, gen):
@@ -309,7 +320,7 @@ def monte_carlo_ppd(wins, losses, prior, n, gen):
 
 
 train_tables = posterior_tables(TRAIN_PRIOR)
-mc_gen = torch.Generator().manual_seed(seed + 7)
+mc_gen = run.generator("monte carlo check")
 mc_wins, mc_losses = torch.tensor([2.0, 0, 1, 0, 3]), torch.tensor([1.0, 2, 0, 0, 1])
 ppd_grid = exact_ppd(mc_wins, mc_losses, train_tables)
 ppd_mc = monte_carlo_ppd(mc_wins, mc_losses, TRAIN_PRIOR, 200_000, mc_gen)
@@ -524,9 +535,10 @@ def lifelong_ratio(curve, m=100):
 # every update sees a fresh batch of tasks.
 
 # %%
-data_gen = torch.Generator().manual_seed(seed)
+data_gen = run.generator("pretraining data")
 train_means = sample_tasks(cfg.steps * cfg.batch, TRAIN_PRIOR, data_gen)
 train_arms, train_rewards = behaviour_histories(train_means, H, data_gen)
+run.reseed("network init")  # the weights are drawn from torch's global generator
 net = PSBLNet(cfg.d, cfg.d_ff)
 losses = pretrain(net, train_arms, train_rewards, train_tables, cfg.steps, cfg.batch)
 tail = max(1, cfg.steps // 10)
@@ -553,7 +565,7 @@ plt.show()
 # posterior mean of each arm?
 
 # %%
-check_gen = torch.Generator().manual_seed(seed + 11)
+check_gen = run.generator("in-distribution tasks")
 in_means = sample_tasks(cfg.n_indist, TRAIN_PRIOR, check_gen)
 in_arms, in_rewards = behaviour_histories(in_means, H, check_gen)
 with torch.no_grad():
@@ -576,7 +588,7 @@ print(f"reward head: mean |P(r = 1 | a) - posterior mean of arm a| = {calib_err:
 # with $q_\phi$ equal to the PPD would play.
 
 # %%
-in_gen = torch.Generator().manual_seed(seed + 13)
+in_gen = run.generator("in-distribution play")
 in_psbl = regret_curve(in_means, act_in_context(net, in_means, H, in_gen)[0])[-1]
 in_ts = regret_curve(in_means, thompson(in_means, H, in_gen, TRAIN_PRIOR))[-1]
 print(f"in distribution, regret after {H} pulls: PSBL {in_psbl:.2f}, "
@@ -589,20 +601,25 @@ print(f"in distribution, regret after {H} pulls: PSBL {in_psbl:.2f}, "
 # shifted prior. The three network policies share the frozen weights.
 
 # %%
-test_gen = torch.Generator().manual_seed(seed + 1000)
-test_means = sample_tasks(cfg.n_test, test_prior, test_gen)
+test_means = sample_tasks(cfg.n_test, test_prior, run.generator("test tasks"))
+gens = {name: run.generator(f"test play: {name}") for name in STYLE}  # one stream each
 play = dict(sample=True, window=window, temp=temperature)
-psbl_arms, psbl_rewards, psbl_q = act_in_context(net, test_means, L, test_gen, **play)
+psbl_arms, psbl_rewards, psbl_q = act_in_context(
+    net, test_means, L, gens["PSBL (sample, window)"], **play)
 policies = {
     "PSBL (sample, window)": psbl_arms,
     "greedy (argmax, window)": act_in_context(
-        net, test_means, L, test_gen, sample=False, window=window)[0],
+        net, test_means, L, gens["greedy (argmax, window)"], sample=False,
+        window=window)[0],
     "sample, growing context": act_in_context(
-        net, test_means, L, test_gen, window=None, temp=temperature)[0],
-    "Thompson, true prior": thompson(test_means, L, test_gen, test_prior),
-    "Thompson, flat prior": thompson(test_means, L, test_gen, (0.0, 1.0)),
-    "UCB1": ucb1(test_means, L, test_gen),
-    "random": torch.randint(0, K, (cfg.n_test, L), generator=test_gen),
+        net, test_means, L, gens["sample, growing context"], window=None,
+        temp=temperature)[0],
+    "Thompson, true prior": thompson(test_means, L, gens["Thompson, true prior"],
+                                     test_prior),
+    "Thompson, flat prior": thompson(test_means, L, gens["Thompson, flat prior"],
+                                     (0.0, 1.0)),
+    "UCB1": ucb1(test_means, L, gens["UCB1"]),
+    "random": torch.randint(0, K, (cfg.n_test, L), generator=gens["random"]),
 }
 curves = {name: regret_curve(test_means, a) for name, a in policies.items()}
 rho = {name: lifelong_ratio(c) for name, c in curves.items()}
@@ -664,7 +681,7 @@ def stacked_posterior(ax, q, means_row, title):
 
 show = int(torch.argmax(test_means.max(1).values - test_means.sort(1).values[:, -2]))
 greedy_q = act_in_context(net, test_means[show:show + 1], L,
-                          torch.Generator().manual_seed(seed + 5), sample=False,
+                          run.generator("greedy on one task"), sample=False,
                           window=window)[2][0]
 fig, axes = plt.subplots(1, 2, figsize=(8, 2.8), sharey=True)
 stacked_posterior(axes[0], psbl_q[show], test_means[show], "PSBL (sample, window)")
@@ -699,19 +716,23 @@ print(f"cached vs plain forward: {cache_err:.1e}; acted-on q vs the window re-re
 # %% [markdown]
 # ## Claims
 #
-# The thresholds were fixed on seeds 0-3 of a first run (100 test tasks), before the
-# sweep over seeds 0-9; each line says what it was calibrated on. Paper claims first,
-# each against an ablation or a baseline, then checks that must hold if the code is
-# right. Changed after a failure: the bar on $\rho$ was first 0.85, which two seeds of
-# the first run missed (0.851, and 0.88), so $\rho$ now compares blocks of 100 pulls
-# instead of 50, the test uses 200 tasks, and the bar is 0.93 (the greedy agent's
-# $\rho$ is 1.00).
+# Paper claims first, each against an ablation or a baseline, then checks that must
+# hold if the code is right, then *findings*: what the paper states, or what a reader
+# would ask of it, measured here but not claimed. Each threshold's line says where it
+# comes from. Calibration seeds 0-9 set the bars, which were then frozen before the
+# confirmation seeds 10-19 were run. One claim was changed after a failure: improvement
+# past the training horizon was first a bar of 0.85 on PSBL's own $\rho$ over blocks of
+# 50 pulls, which two seeds of a first run missed; $\rho$ now compares blocks of 100
+# pulls, and the claim divides PSBL's $\rho$ by that of the greedy agent on the same
+# tasks, so that it measures what sampling adds, not a fall any agent might show. Its
+# worst calibration seed stays only a few per cent inside the bar. That spread is the
+# network's, trained afresh on each seed: doubling the test tasks from 200 to 400 did
+# not narrow it, and the bar is not moved in either direction.
 
 # %% tags=["thresholds"]
-C_VS_GREEDY = 0.85  # regret PSBL / greedy (same net); first run, seeds 0-3: 0.65-0.75
-C_LIFELONG = 0.93  # rho of PSBL; first run: 0.78-0.85 (50-pull blocks), 0.88; greedy 1
-C_VS_UCB = 1.25  # regret PSBL / UCB1; seeds 0-3 of a first run: 1.01-1.12
-C_VS_THOMPSON = 4.0  # regret PSBL / Thompson (true prior); first run: 2.4-3.1
+# the paper's verdict follows icmlbook.verdicts' rule, fixed before the final sweep
+C_VS_GREEDY = 0.85  # regret PSBL / greedy; first run, seeds 0-3; seeds 0-9: 0.66-0.76
+C_LIFELONG = 0.93  # rho PSBL / greedy's; changed after a failure; seeds 0-9: 0.81-0.89
 C_PPD_MC = 0.01  # |Eq. 3 on the grid - Monte Carlo Eq. 2|, 2e5 draws (MC error ~ 0.002)
 C_TV_PPD = 0.2  # mean TV(q, exact PPD), in distribution; first run: 0.11-0.12
 C_EMPTY = 0.05  # max |q(a | empty) - 1/K|: the prior is symmetric in the arms
@@ -722,22 +743,20 @@ C_WINDOW = 1e-4  # acted-on q vs the window re-read from scratch, float32 roundi
 # %%
 regret = {name: float(c[-1]) for name, c in curves.items()}
 psbl = regret["PSBL (sample, window)"]
-run.claim("sampling vs greedy: regret ratio", psbl / regret["greedy (argmax, window)"],
-          "<=", C_VS_GREEDY, "Sampling from the network's PPD has clearly less regret "
-          "on shifted tasks than acting greedily on the same PPD", versus="ablation",
-          against="argmax of the same frozen network, same window and tasks")
-run.claim("lifelong improvement past H: rho", rho["PSBL (sample, window)"], "<=",
+rho_vs_greedy = rho["PSBL (sample, window)"] / rho["greedy (argmax, window)"]
+run.claim("PSBL vs greedy stand-in: regret ratio",
+          psbl / regret["greedy (argmax, window)"], "<=", C_VS_GREEDY,
+          "On strictly shifted tasks PSBL has clearly less regret than an agent that "
+          "exploits its in-context belief greedily", versus="baseline",
+          against="argmax of the same frozen network, same window and tasks: a "
+          "stand-in for the paper's meta-RL baselines (RL2, VariBAD, AMAGO)",
+          strength="against a stand-in", provenance="calibrated", strict=1.0)
+run.claim("lifelong improvement past H: rho, PSBL / greedy", rho_vs_greedy, "<=",
           C_LIFELONG, "PSBL's regret per pull keeps falling after the training "
-          "horizon, with a context never longer than H", versus="ablation",
-          against="greedy use of the same network (its rho is reported)")
-run.claim("PSBL vs UCB1: regret ratio", psbl / regret["UCB1"], "<=", C_VS_UCB,
-          "On shifted tasks PSBL's regret is at most a quarter above UCB1's",
-          versus="baseline", against="UCB1 with all-pull counts, same tasks")
-run.claim("PSBL vs Thompson (true prior): regret ratio",
-          psbl / regret["Thompson, true prior"], "<=", C_VS_THOMPSON,
-          "PSBL stays within a fixed factor of Thompson sampling that knows the test "
-          "prior (a reference it is not expected to beat)", versus="baseline",
-          against="Thompson sampling with the true test prior, all-pull counts")
+          "horizon, with a context never longer than H, clearly more than without "
+          "sampling", versus="ablation", against="the same network acting greedily "
+          "(no posterior sampling), same window and tasks", strength="superiority",
+          provenance="changed after failure")
 run.check("exact PPD: grid (Eq. 3) = Monte Carlo (Eq. 2)", ppd_err, "<=", C_PPD_MC,
           "the closed form matches importance sampling from the prior")
 run.check("q vs exact PPD in distribution: mean TV", tv_in, "<=", C_TV_PPD,
@@ -750,13 +769,62 @@ run.check("KV-cached forward = plain forward", cache_err, "<=", C_CACHE,
           "appending tokens to a cache changes nothing", digits=2)
 run.check("acted-on q = window re-read from scratch", window_err, "<=", C_WINDOW,
           "the sliding window's bookkeeping is right", digits=2)
+
+# %% [markdown]
+# The findings. The paper compares PSBL with meta-RL agents only; the three bandit
+# references are the questions a reader of a bandit reduction asks, recorded with the
+# direction "PSBL does at least as well" (a ratio of regrets at most 1).
+
+# %%
+run.finding("window vs growing context: regret ratio",
+            psbl / regret["sample, growing context"], "<=", 1.0,
+            paper="PSBL conditions on a sliding window of recent episodes, so that its "
+            "network never sees a context longer than in meta-training, to keep "
+            "learning in context over a lifelong horizon",
+            shows="PSBL's regret over that of the same sampler fed the whole growing "
+            "context; below 1, the window helps")
+run.finding("PSBL vs UCB1: regret ratio", psbl / regret["UCB1"], "<=", 1.0,
+            paper="not compared in the paper, whose baselines are meta-RL agents; "
+            "robustness to a shifted task distribution invites the comparison with a "
+            "classical count-based bandit algorithm",
+            shows="PSBL's regret over UCB1's on the same shifted tasks; above 1, UCB1 "
+            "does better")
+run.finding("PSBL vs Thompson (flat prior): regret ratio",
+            psbl / regret["Thompson, flat prior"], "<=", 1.0,
+            paper="not compared in the paper; PSBL amortises posterior sampling, and "
+            "textbook Thompson sampling with a flat prior needs no knowledge of the "
+            "test tasks either",
+            shows="PSBL's regret over that of Beta(1, 1) Thompson sampling with "
+            "all-pull counts; above 1, Thompson sampling does better")
+run.finding("PSBL vs Thompson (true prior): regret ratio",
+            psbl / regret["Thompson, true prior"], "<=", 1.0,
+            paper="not compared in the paper; Thompson sampling that knows the test "
+            "prior is the near-Bayes-optimal reference for a posterior sampler",
+            shows="PSBL's regret over that of exact posterior sampling with the test "
+            "prior; above 1, by how much amortised sampling under shift falls short")
 run.metric("regret", regret)
 run.metric("rho", rho)
-run.metric("window_vs_growing", psbl / regret["sample, growing context"])
-run.metric("psbl_vs_flat_thompson", psbl / regret["Thompson, flat prior"])
 run.metric("psbl_vs_random", psbl / regret["random"])
 run.metric("in_distribution_regret_H", dict(psbl=in_psbl, thompson_train=in_ts))
-run.metric("final_kl", float(losses[-tail:, 0].mean()));
+run.metric("final_kl", float(losses[-tail:, 0].mean()))
+
+# %% [markdown]
+# The paper's headline claims, in its words, and what tests each here. The abstract
+# gives no number; the comparisons with meta-RL agents are in its experiments.
+
+# %%
+run.headline("outperforms meta-RL under strict shift",
+              "PSBL significantly outperforms standard Meta RL methods both in tasks "
+              "with sparse rewards and dense rewards when the test task distribution "
+              "is strictly shifted from the training distribution", source="Abstract",
+              claims=["PSBL vs greedy stand-in: regret ratio"])
+run.headline("sampling keeps improving in context",
+              "The agent then samples actions from the approximate PPD to perform "
+              "online exploration, which progressively reduces uncertainty and "
+              "enhances performance in the interaction with the environment",
+              source="Abstract",
+              claims=["lifelong improvement past H: rho, PSBL / greedy"],
+              findings=["window vs growing context: regret ratio"])
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -767,18 +835,19 @@ run.verdict()
 #
 # One run is one seed: a fresh pretraining set, a fresh network and fresh test tasks.
 # The table and strip plot below read this chapter's results file, made by
-# `icmlbook sweep 17 --seeds 0-9 --update-results`: every claim and check over seeds 0-9
-# at the default tier, with the number of seeds on which it holds and its worst margin
-# (how far inside the threshold the worst seed stayed).
+# `icmlbook sweep 17 --seeds 0-19 --update-results`: every claim, check and finding
+# over the calibration seeds 0-9 and the confirmation seeds 10-19 at the default tier,
+# with the number of seeds on which each holds and its worst margin (how far inside
+# the threshold the worst seed stayed).
 
 # %%
 across = icmlbook.across_seeds(run)
 
 # %% [markdown]
-# ### Reported, not claimed: the window against the growing context
+# ### The window against the growing context
 #
-# The paper's window keeps the context inside the lengths seen in training. Here the
-# same network sampling with the whole, growing context:
+# The paper's window keeps the context inside the lengths seen in training. On this
+# run, the same network sampling with the whole, growing context:
 
 # %%
 print(f"regret PSBL (window) / sampling with the growing context: "
@@ -786,39 +855,19 @@ print(f"regret PSBL (window) / sampling with the growing context: "
       f"{rho['sample, growing context']:.3f}")
 
 # %% [markdown]
-# The window helps when the ratio is below 1. Over the seeds we ran it usually was, by
-# a few percent, but not on every seed: a small effect next to that of sampling, with
-# no threshold registered for it before the sweep, so it is reported here and not
-# claimed. One reason
-# it is small: a bandit history is exchangeable (the posterior depends on the counts
-# only), so the positions past $H$, clamped to the table's last row, lose little that
-# the network needs; what the long context does change is the balance of the counts it
-# summarises, which the network never saw beyond $H$ pulls.
+# The window helps when the ratio is below 1. Across the seeds (the finding's row
+# above) the effect is small next to that of sampling, and no threshold was registered
+# for it before the runs, so it is a finding, not a claim. One reason it is small: a
+# bandit history is exchangeable (the posterior depends on the counts only), so the
+# positions past $H$, clamped to the table's last row, lose little that the network
+# needs; what the long context does change is the balance of the counts it summarises,
+# which the network never saw beyond $H$ pulls.
 #
-# ## What a broken agent does
-#
-# Each paper claim should fail for a wrong agent. The cheapest break, already at hand:
-# an agent that ignores its history (it acts on $q_\phi(\cdot \mid \varnothing)$ at every
-# pull, the bug of feeding an empty or stale context). Sampling from it is random
-# pulling, its argmax is one fixed arm. The tests
-# (`tests/test_ch17_in_context_posterior_sampling.py`) also break the window (a
-# context frozen at the first $H$ pulls) and check that each broken agent fails.
-
-# %%
-blind_gen = torch.Generator().manual_seed(seed + 21)
-with torch.no_grad():
-    q_empty = net.action_head(net.gpt(embeds=net.bos.expand(1, 1, -1),
-                                      return_hidden=True))[0, -1].softmax(-1)
-blind_sample = torch.multinomial(q_empty.expand(cfg.n_test, K), L,
-                                 replacement=True, generator=blind_gen)
-blind_greedy = q_empty.argmax().expand(cfg.n_test, L)
-blind = regret_curve(test_means, blind_sample)
-blind_ratio = blind[-1] / regret_curve(test_means, blind_greedy)[-1]
-print(f"history ignored: sample/greedy {blind_ratio:.2f} (needs <= {C_VS_GREEDY}), "
-      f"rho {lifelong_ratio(blind):.2f} (<= {C_LIFELONG}), "
-      f"vs UCB1 {blind[-1] / regret['UCB1']:.2f} (<= {C_VS_UCB}), "
-      f"vs Thompson {blind[-1] / regret['Thompson, true prior']:.2f} "
-      f"(<= {C_VS_THOMPSON})")
+# Each paper claim should fail for a wrong agent. The tests
+# (`tests/test_ch17_in_context_posterior_sampling.py`) hold the broken agents: one that
+# ignores its history (it acts on $q_\phi(\cdot \mid \varnothing)$ at every pull, the
+# bug of feeding an empty or stale context), one whose context stops sliding at the
+# first $H$ pulls, and the greedy agent itself; each fails the claims it should.
 
 # %% [markdown]
 # ## Explore
@@ -840,7 +889,7 @@ import ipywidgets as W
 @functools.lru_cache(maxsize=32)
 def widget_references(shift_w):
     """Test tasks of one severity and the two references on them (cached)."""
-    gen = torch.Generator().manual_seed(seed + 31)
+    gen = run.generator("widget tasks")  # the same draws at every severity
     prior = (shift_w, shift_w + 0.5)
     means = sample_tasks(cfg.widget_tasks, prior, gen)
     n = cfg.widget_pulls
@@ -852,7 +901,7 @@ def widget_references(shift_w):
 def widget_agent(shift_w, window_w, temp_w, act):
     """The network's pulls and q on those tasks, for the longest horizon (cached)."""
     means, _ = widget_references(shift_w)
-    gen = torch.Generator().manual_seed(seed + 37)
+    gen = run.generator("widget agent")
     arms, _, q = act_in_context(net, means, cfg.widget_pulls, gen,
                                 sample=act == "sample", window=window_w, temp=temp_w)
     return arms, q
@@ -896,37 +945,234 @@ icmlbook.explore(update, controls, run=run)
 # | network | LILTrans: causal transformer with a time embedding, heads for next observation, reward and action | TinyGPT, 2 layers, learned positions, an action head and a reward head (no observation to predict) |
 # | training | on-policy meta-training with $\lambda_s\ell_s + \lambda_a\ell_a + \lambda_c\ell_c$, annealed Boltzmann action target from a critic (Eq. 4) | offline histories of three behaviour policies; exact PPD of the training prior as the action target (Eq. 5); no critic |
 # | test time | frozen weights, sample from the PPD, window of the last episodes | the same (Eq. 6), with a KV cache inside each episode |
-# | the key ingredient | posterior sampling | against greedy use of the same network (claims "sampling vs greedy" and "lifelong improvement past H") |
-# | baselines | RL², VariBAD, AMAGO, PEARL | the greedy network as the meta-RL stand-in; UCB1 and Thompson sampling as bandit references (the two baseline claims) |
+# | the key ingredient | posterior sampling | against greedy use of the same network (claim "lifelong improvement past H") |
+# | baselines | RL², VariBAD, AMAGO, PEARL | the greedy network as a stand-in for them (claim "PSBL vs greedy stand-in"); UCB1 and Thompson sampling as bandit references (findings) |
 #
-# What reproduces: on strictly shifted tasks, sampling from the learned PPD beats
-# exploiting it, and PSBL keeps improving long after the training horizon while the
-# greedy agent stalls. What does not, and why. The paper's margin over meta-RL baselines
-# does not become a margin over classical bandit algorithms: PSBL is about as good as
-# UCB1, and Thompson sampling beats it several times over, with the true prior and
-# just as much with a flat one, which needs no knowledge of the test tasks (the factors
-# are printed above; `psbl_vs_flat_thompson` in the run record). Both keep counts over
-# every pull, while PSBL's evidence is capped by its window of at most $H$ pulls, and
-# its inference is that of the training prior applied to rewards it never saw. The
-# window's advantage over the growing context, an ablation in the paper, is small here
-# and does not hold on every seed, so it is reported, not claimed. And we did not
-# reproduce PSBL's on-policy meta-training, its critic or its annealing: the action
-# target is the exact posterior that the paper's loss converges to as $\alpha \to 0$.
+# **Paper coverage.** The paper's results as far as we could read them (its abstract,
+# and published descriptions of its experiments: we could not check figure numbers
+# against its text), and what tests each here.
+#
+# | the paper's result | here |
+# |---|---|
+# | PSBL beats standard meta-RL agents on strictly shifted tasks, sparse and dense rewards (abstract; its experiments on gridworlds, Dark-Key-to-Door, HalfCheetah-Vel, Walker-2D-Param) | tested in a bandit reduction, against a stand-in: claim "PSBL vs greedy stand-in" |
+# | sampling from the PPD progressively reduces uncertainty and improves performance (abstract) | tested: claim "lifelong improvement past H" (against the greedy ablation) |
+# | a sliding window of recent episodes keeps the context within training lengths over a lifelong horizon (method; its ablation on window length) | finding "window vs growing context"; other window lengths only in the widget |
+# | the margin over the baselines grows with the severity of the shift | not swept: one severity is tested, the widget's slider shows others |
+# | sparse-reward tasks improve across episodes, dense-reward tasks adapt within one or two | out of scope: a bandit has no states, and our episodes only group pulls |
+# | on-policy meta-training with a critic and an annealed Boltzmann target | out of scope: offline pretraining on the exact PPD instead (see above) |
+#
+# **What reproduces.** On strictly shifted tasks, sampling from the learned PPD beats
+# exploiting it greedily, on every seed, and PSBL's regret per pull keeps falling long
+# after the training horizon while the greedy agent's is flat. Both hold only in a
+# weaker form than the paper's: the meta-RL agents are stood in for by the greedy use of
+# the same network, and the bar of the second claim was changed after a failure; the
+# verdict above says *partly* for both reasons.
+#
+# **What does not, and why.** The paper's margin over meta-RL agents does not become a
+# margin over classical bandit algorithms, which the paper never claims but a reader
+# will ask about: UCB1 is about as good as PSBL and a little better on most seeds, and
+# Thompson sampling has several times less regret, with the true prior and just as much
+# with a flat one, which needs no knowledge of the test tasks (the findings' rows in
+# the table across seeds give the factors). Thompson sampling and UCB1 keep counts over
+# every pull, while PSBL's evidence is capped by its window of at most $H$ pulls
+# (exercise 1 measures that floor), and its inference is that of the training prior
+# applied to rewards it never saw (exercise 2). The window's advantage over the growing
+# context is a finding, not a claim. And we did not reproduce PSBL's on-policy
+# meta-training, its critic or its annealing: the action target is the exact posterior
+# that the paper's loss converges to as $\alpha \to 0$.
 
 # %% [markdown]
 # ## Exercises
+
+# %% [markdown] tags=["exercise"]
+# **1. The window's floor.** A window of $b$ episodes holds at most $bE$ pulls, so a
+# sampler that sees only the window can never be more certain than that many pulls
+# allow. Run exact Thompson sampling with the true test prior that keeps only the
+# counts inside PSBL's window $W_t$, and compare its regret per pull late in the
+# horizon with that of the same sampler keeping every pull, and with PSBL's.
+
+# %% [markdown] tags=["solution"]
+# :::{dropdown} Solution to exercise 1
+# **Reasoning.** Five arm means drawn uniformly on an interval of width $\frac12$ are
+# spaced by about $\frac{1}{2 \cdot 6} \approx 0.08$ on average, so the best and the
+# second arm are often closer than that. An arm pulled $n$ times has a posterior
+# standard deviation of about $\sqrt{\mu(1-\mu)/n}$, which for $n \approx 30$ pulls and
+# $\mu \approx 0.75$ is also about $0.08$. A sampler whose evidence never exceeds the
+# window therefore keeps drawing the runner-up with a probability that stops falling:
+# its regret per pull has a floor. The sampler that keeps every count sees its
+# posteriors narrow like $1/\sqrt{n}$ and its regret per pull keeps falling.
 #
-# 1. **The window's floor.** With a window of $m$ pulls, a posterior sampler can never
-#    be more certain than $m$ pulls allow. Estimate the per-pull regret floor of exact
-#    Thompson sampling that only keeps the last $m = 40$ pulls on the test prior, and
-#    compare it with PSBL's slope late in the horizon.
-# 2. **Prior mismatch.** Thompson sampling with the *training* prior is what a perfectly
-#    trained network would do in distribution. Run it on the shifted tasks (its grid is
-#    $[0, \frac12]$, where no test arm lives): why does it still learn, and how does it
-#    compare with PSBL?
-# 3. **Temperature.** Sweep the test temperature from 0.1 to 3 with the widget. Which
-#    temperature minimises regret under shift, and does it move with the severity $s$?
+# **What the run shows.** The windowed sampler's regret per pull over the last 100
+# pulls sits well above the full-count sampler's (the ratio is asserted below). At the
+# default tier PSBL's late regret per pull, printed beside them, is of the order of the
+# windowed sampler's floor, not of the full-count sampler's: late in the horizon, most
+# of PSBL's gap to Thompson sampling is the price of its window, not of its network. The solution runs on its
+# own tasks from the test prior, 100 at the smoke tier and 300 at the default tier,
+# for 300 pulls.
+# :::
+
+# %% tags=["solution", "hide-cell"]
+def grid_draw(wins, losses, x, gen):
+    """One posterior draw per arm on the grid x (as in `thompson`): (n, K)."""
+    logp = wins[..., None] * x.log() + losses[..., None] * (1 - x).log()
+    cdf = (logp - logp.amax(-1, keepdim=True)).exp().cumsum(-1)
+    u = torch.rand(*wins.shape, 1, generator=gen) * cdf[..., -1:]
+    return x[torch.searchsorted(cdf, u)[..., 0].clamp(max=len(x) - 1)]
+
+
+def windowed_thompson(means, L, gen, prior, window):
+    """Thompson sampling that keeps only the counts inside W_t (Eq. 6): arms (n, L)."""
+    n, x = len(means), prior_grid(prior, 4 * GRID)
+    arms, rewards = torch.zeros(n, L, dtype=torch.long), torch.zeros(n, L)
+    for t in range(L):
+        lo = window_start(t, window)
+        seen = F.one_hot(arms[:, lo:t], K).float()
+        wins = (seen * rewards[:, lo:t, None]).sum(1)
+        a = grid_draw(wins, seen.sum(1) - wins, x, gen).argmax(1)
+        arms[:, t], rewards[:, t] = a, pull(means, a, gen)
+    return arms
+
+
+# %% tags=["solution", "hide-cell"]
+S_FLOOR = 2.0  # a floor: windowed late regret per pull >= twice the full-count one's
+n_ex, L_ex, m = (100 if run.tier == "smoke" else 300), 300, 100
+ex_gen = run.generator("exercise 1")
+ex_means = sample_tasks(n_ex, test_prior, ex_gen)
+late = {"Thompson, window": regret_curve(ex_means, windowed_thompson(
+            ex_means, L_ex, ex_gen, test_prior, window)),
+        "Thompson, all pulls": regret_curve(ex_means, thompson(
+            ex_means, L_ex, ex_gen, test_prior))}
+late = {k: (c[-1] - c[-m - 1]) / m for k, c in late.items()}
+psbl_curve, m_run = curves["PSBL (sample, window)"], min(m, L - H)  # L: the main run's
+late["PSBL (main run)"] = (psbl_curve[-1] - psbl_curve[-m_run - 1]) / m_run
+for k, v in late.items():
+    print(f"{k:<20} regret per pull over the last {m} pulls: {v:.4f}")
+icmlbook.solution_check("windowed / full-count Thompson, late regret per pull",
+                        late["Thompson, window"] / late["Thompson, all pulls"], ">=",
+                        S_FLOOR)
+
+# %% [markdown] tags=["exercise"]
+# **2. Prior mismatch.** Thompson sampling with the *training* prior is what a
+# perfectly trained network would do in distribution. Run it on the shifted tasks (its
+# grid is $[0, \frac12]$, where no test arm lives). Why does it still learn, and how
+# does it compare with PSBL?
+
+# %% [markdown] tags=["solution"]
+# :::{dropdown} Solution to exercise 2
+# **Derivation.** With the prior uniform on $[0, h]$, $h = \frac12$, arm $a$'s posterior
+# density is $p_a(x) \propto x^{s_a}(1-x)^{f_a}$ on $[0, h]$. Its log-derivative at the
+# upper end is
 #
+# $$\frac{d}{dx} \log p_a(x)\Big|_{x = h} = \frac{s_a}{h} - \frac{f_a}{1 - h}
+#   = 2\,(s_a - f_a),$$
+#
+# so when an arm has more successes than failures (as every test arm does on average,
+# its mean being above $\frac12$), its posterior piles up against the boundary in a
+# layer of width about $1/(2(s_a - f_a))$. A draw is then $h$ minus something of that
+# size, and the arm with the largest $s_a - f_a$ tends to win the argmax. Since
+# $\mathbb E[s_a - f_a] = n_a(2\mu_a - 1)$, this ranks arms by how good they are times
+# how often they were pulled.
+#
+# **What it shows.** The mismatched sampler learns (its regret is far below random
+# pulling, asserted below), because the sign and size of $s_a - f_a$ still carry the
+# evidence. But its ranking mixes quality with pull counts, so an arm that got lucky
+# early is pulled more and pulls ahead. PSBL was trained to imitate exactly this
+# sampler on training histories; on shifted histories it is on its own, and the printed
+# regrets compare the two on the solution's tasks (the same as exercise 1's).
+# :::
+
+# %% tags=["solution", "hide-cell"]
+S_LEARNS = 0.75  # regret / random pulling's: well below 1 means it learns
+ts_train = regret_curve(ex_means, thompson(ex_means, L_ex, run.generator("exercise 2"),
+                                           TRAIN_PRIOR))[-1]
+random_regret = float((ex_means.max(1).values - ex_means.mean(1)).mean()) * L_ex
+psbl_ex = regret_curve(ex_means, act_in_context(
+    net, ex_means, L_ex, run.generator("exercise 2, PSBL"), window=window,
+    temp=temperature)[0])[-1]
+print(f"regret after {L_ex} pulls: Thompson with the training prior {ts_train:.1f}, "
+      f"PSBL {psbl_ex:.1f}, random pulls {random_regret:.1f}")
+icmlbook.solution_check("Thompson with the training prior / random, regret",
+                        ts_train / random_regret, "<=", S_LEARNS)
+
+# %% [markdown] tags=["exercise"]
+# **3. Temperature.** PSBL samples from $q_\phi^{1/T}$: $T \to 0$ is the greedy agent
+# and $T \to \infty$ pulls at random. Sweep $T$ over $\{\frac14, \frac12, 1, 2, 4\}$ on
+# shifted tasks of two severities, $s = \frac14$ and $s = \frac12$, for a perfectly
+# trained network (the exact PPD of the training prior, Eq. 3, on the window's counts)
+# and for ours (or move the widget's temperature slider). Which temperature minimises
+# regret, and does it move with the severity?
+
+# %% [markdown] tags=["solution"]
+# :::{dropdown} Solution to exercise 3
+# **Reasoning.** The network is trained so that $q_\phi$ is the PPD of the training
+# prior, so $T = 1$ is Thompson sampling under that prior. $T < 1$ sharpens the PPD
+# towards its mode, so the agent commits sooner and explores less; $T > 1$ flattens it
+# towards uniform pulls. Committing sooner pays where the PPD can be trusted. Under a
+# shift it is the PPD of the wrong prior, and by exercise 2 it ranks arms by
+# $s_a - f_a$, which rewards the arms pulled most: an agent that commits early on it
+# settles on the wrong arm, as the greedy agent does. The stronger the shift, the less
+# the PPD can be trusted, so the best temperature should not be the coldest, and
+# the cold end should cost more as the shift grows.
+#
+# **What the run shows.** The tables give each setting's regret as a fraction of random
+# pulling's on the same tasks, and the best temperature for each severity. For the exact
+# PPD under the strict shift ($s = \frac12$), a middle temperature beats both extremes
+# (asserted below). What moves with the severity is the price of the cold end: under
+# the milder shift the coldest temperature comes close to the best, under the strict
+# shift it loses clearly, so the stronger the shift, the more exploration pays. At the
+# default tier our network's table shows the same pattern, and shows that the network
+# falls short of the PPD it was trained to imitate once the histories are shifted:
+# compare the two tables row by row. (At the smoke tier the network is barely trained
+# and its table is close to random pulling.) The solution plays 300 pulls on its own
+# tasks, per setting 40 at the smoke tier and 100 at the default tier, all ten settings
+# in one batch.
+# :::
+
+# %% tags=["solution", "hide-cell"]
+def exact_psbl(means, L, gen, window, temp):
+    """A perfect network: sample from the exact PPD (Eq. 3) of the training prior on
+    W_t's counts, raised to 1 / temp (Eq. 6): arms (n, L)."""
+    n = len(means)
+    arms, rewards = torch.zeros(n, L, dtype=torch.long), torch.zeros(n, L)
+    for t in range(L):
+        lo = window_start(t, window)
+        seen = F.one_hot(arms[:, lo:t], K).float()
+        wins = (seen * rewards[:, lo:t, None]).sum(1)
+        q = exact_ppd(wins, seen.sum(1) - wins, train_tables).clamp_min(1e-30)
+        a = torch.multinomial(q ** (1 / temp), 1, generator=gen)[:, 0]
+        arms[:, t], rewards[:, t] = a, pull(means, a, gen)
+    return arms
+
+
+# %% tags=["solution", "hide-cell"]
+S_INTERIOR = 0.9  # exact PPD, strict shift: a middle T a tenth below both extremes
+temps, severities = (0.25, 0.5, 1.0, 2.0, 4.0), (0.25, 0.5)
+n_t = 40 if run.tier == "smoke" else 100  # tasks per setting
+ex3_gen = run.generator("exercise 3")
+tasks = {s: sample_tasks(n_t, (s, s + 0.5), ex3_gen) for s in severities}
+means = torch.cat([tasks[s] for s in severities for _ in temps])
+temp = torch.tensor([T for _ in severities for T in temps]).repeat_interleave(n_t)
+temp = temp[:, None]
+random_by_s = torch.stack([(tasks[s].max(1).values - tasks[s].mean(1)).mean() * L_ex
+                           for s in severities])
+tables = {}
+players = {"exact PPD": lambda: exact_psbl(means, L_ex, ex3_gen, window, temp),
+           "our network": lambda: act_in_context(net, means, L_ex, ex3_gen,
+                                                 window=window, temp=temp)[0]}
+for who, play_ex3 in players.items():
+    gap = means.max(1).values[:, None] - means.gather(1, play_ex3())
+    tables[who] = gap.sum(1).view(len(severities), len(temps), n_t).mean(-1)
+    print(f"{who}: regret after {L_ex} pulls, as a fraction of random pulling's")
+    print("  T:      " + "".join(f"{T:>7g}" for T in temps))
+    for s, row, rnd in zip(severities, tables[who], random_by_s):
+        print(f"  s = {s:<4g}" + "".join(f"{v / rnd:>7.3f}" for v in row)
+              + f"   best T = {temps[int(row.argmin())]:g}")
+strict = tables["exact PPD"][-1]  # s = 1/2
+middle_vs_extremes = strict[1:-1].min() / torch.minimum(strict[0], strict[-1])
+icmlbook.solution_check("exact PPD, strict shift: best middle T / better extreme T",
+                        float(middle_vs_extremes), "<=", S_INTERIOR)
+
+# %% [markdown]
 # ## References
 #
 # - T. Xu, Z. Li, Q. Ren. Meta-Reinforcement Learning Robust to Distributional Shift Via

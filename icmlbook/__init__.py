@@ -1,8 +1,10 @@
 """icmlbook: the small support library of *ICML 2024, from scratch*.
 
-Plumbing only: tiers and seeding, parameter checks, claim checks and the
-run record, progress, plot style, widgets, the batch runner and sweeps, results
-files and the reproduction report. The papers'
+Three groups of modules (:data:`GROUPS`; README, "How the package is built"): the
+**kit** a chapter's kernel imports (its run, claims, verdict, results, figures and
+widgets), the **models** two or more chapters share, and the **tools** that run,
+sweep, benchmark and report on chapters from outside (no chapter imports them).
+Imports point from tools to models to kit, never back (a test holds it). The papers'
 algorithms live in the chapters (``book/chNN_slug.py``).
 
 ``import icmlbook`` is light: torch, matplotlib and ipywidgets are imported
@@ -14,6 +16,15 @@ import importlib
 from typing import Any
 
 __version__ = "0.1.0"
+
+GROUPS = {
+    "kit": ("tiers", "params", "record", "verdicts", "session", "chapters", "results",
+            "plot", "progressbar", "widgets", "timing", "data"),
+    "models": ("nn", "tinygpt", "toylang", "diffusion"),
+    "tools": ("batch", "bench", "report", "offline_html", "cli"),
+}
+"""Each module's group. A module imports only from its own group or the groups listed
+before it (tools -> models -> kit)."""
 
 # public name -> module that defines it (imported on first use)
 _EXPORTS = {
@@ -28,7 +39,6 @@ _EXPORTS = {
     "check_int": "params",
     "check_range": "params",
     "check_choice": "params",
-    "check_bool": "params",
     "progress": "progressbar",
     "explore": "widgets",
     "use_style": "plot",
@@ -39,11 +49,11 @@ _EXPORTS = {
     "Adam": "nn",
     "seconds_in_turns": "timing",
     "digits": "data",
-    "sweep": "sweep",
+    "sweep": "batch",
     "across_seeds": "results",
 }
 
-__all__ = sorted(_EXPORTS) + ["__version__"]
+__all__ = sorted(_EXPORTS) + ["GROUPS", "__version__"]
 
 
 def __getattr__(name: str) -> Any:

@@ -15,7 +15,7 @@ from icmlbook.tiers import NOTEBOOK_MB, RULES
 
 
 def bench(chapters: list[Any], tiers: list[str], report: Path) -> int:
-    from icmlbook.runner import execute
+    from icmlbook.batch import execute
 
     rows = []
     with tempfile.TemporaryDirectory(prefix="icmlbook-bench-") as tmp:

@@ -16,7 +16,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from icmlbook.params import ParameterError, shown
+from icmlbook.params import shown
 
 
 def skip_iri_grammar() -> None:
@@ -263,58 +263,3 @@ def parse_parameters(source: str, literal: bool = True) -> dict[str, Parameter]:
                                    for c in lines[above + 1:node.lineno - 1])
             params[name] = Parameter(name, default, comment)
     return params
-
-
-def coerce(raw: Any, default: Any) -> Any:
-    """A command-line value as the type of the parameter's default, where that is clear."""
-    if not isinstance(raw, str):
-        return raw
-    text = raw.strip()
-    if isinstance(default, bool):
-        low = text.lower()
-        if low in ("true", "1", "yes"):
-            return True
-        if low in ("false", "0", "no"):
-            return False
-        return raw
-    if isinstance(default, str):
-        return raw
-    if isinstance(default, float) and text.lower().lstrip("+-") in ("nan", "inf", "infinity"):
-        return float(text)  # so that the check says "must be finite", not "a number"
-    try:
-        value = ast.literal_eval(text)
-    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
-        return raw
-    if isinstance(default, float) and isinstance(value, int) and not isinstance(value, bool):
-        return float(value)
-    return value
-
-
-def validate(chapter: Chapter, overrides: dict[str, Any]) -> dict[str, Any]:
-    """Check override names and values against the chapter; return the coerced overrides.
-
-    Raises :class:`ParameterError` for an unknown name or a value the chapter's
-    ``validate`` cell rejects (its own message). Runs in-process, no kernel.
-    """
-    params = chapter.parameters
-    unknown = [n for n in overrides if n not in params]
-    if unknown:
-        raise ParameterError(
-            f"chapter {chapter.number} ({chapter.slug}) has no parameter "
-            f"{', '.join(map(shown, unknown))}; its parameters are: {', '.join(params)}")
-    values = {n: coerce(v, params[n].default) for n, v in overrides.items()}
-    namespace: dict[str, Any] = {}
-    exec(compile(chapter.cell("parameters") or "", f"<{chapter.stem} parameters>", "exec"),
-         namespace)
-    namespace.update(values)
-    check = chapter.cell("validate")
-    if check is not None:
-        try:
-            exec(compile(check, f"<{chapter.stem} validate>", "exec"), namespace)
-        except ParameterError:
-            raise
-        except Exception as exc:  # a check that trips over an odd value: still bad input
-            given = ", ".join(f"{n}={shown(v)}" for n, v in values.items()) or "the defaults"
-            raise ParameterError(f"chapter {chapter.number} ({chapter.slug}) cannot check "
-                                 f"{given}: {type(exc).__name__}: {exc}") from exc
-    return values

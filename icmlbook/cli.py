@@ -20,8 +20,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from icmlbook.params import shown
-from icmlbook.tiers import TIERS
+from icmlbook.params import SEED_MAX, shown
+from icmlbook.tiers import (CALIBRATION_SEEDS, COMMITTED_SEED, COMMITTED_TIER,
+                            CONFIRMATION_SEEDS, TIERS)
 
 
 class UsageError(Exception):
@@ -156,22 +157,14 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 def _jobs(chapters: list[Any], tier: str, seeds: list[int], overrides: dict[str, Any]) -> list:
-    """Validate every chapter's parameters in-process (no kernel); the runs to do."""
-    from icmlbook.chapters import validate
+    """:func:`icmlbook.batch.plan`, with bad input as a :class:`UsageError`."""
+    from icmlbook.batch import plan
     from icmlbook.params import ParameterError
-    from icmlbook.sweep import Job
 
-    jobs = []
-    for ch in chapters:
-        try:
-            params = validate(ch, {**overrides, "tier": tier, "seed": seeds[0]})
-        except ParameterError as exc:
-            msg = str(exc)
-            prefix = "" if msg.startswith("chapter ") else f"chapter {ch.number} ({ch.slug}): "
-            raise UsageError(prefix + msg) from exc
-        params.pop("tier"), params.pop("seed")
-        jobs += [Job(ch, tier, seed, params) for seed in seeds]
-    return jobs
+    try:
+        return plan(chapters, tier, seeds, overrides)
+    except ParameterError as exc:
+        raise UsageError(str(exc)) from exc
 
 
 def _overrides(pairs: list[list[str]], seed_flag: str) -> dict[str, str]:
@@ -231,6 +224,11 @@ def _workers(asked: int, runs: int, flag: str) -> int:
     return n
 
 
+def _seed_ok(seed: int, flag: str) -> None:
+    if not 0 <= seed <= SEED_MAX:
+        raise UsageError(f"{flag} must be an integer in [0, {SEED_MAX}]; got {shown(seed)}")
+
+
 def parse_seeds(spec: str) -> list[int]:
     """``0-9``, ``3``, ``0,2,5-7`` -> sorted distinct seeds (UsageError otherwise)."""
     seeds: set[int] = set()
@@ -241,33 +239,30 @@ def parse_seeds(spec: str) -> list[int]:
             a, b = (int(lo), int(hi)) if sep else (int(part), int(part))
         except ValueError:
             raise UsageError(f"--seeds: {shown(part)} is not a seed or a range like 0-9") from None
-        if not (0 <= a <= b < 2**31) or b - a > 100000:
+        if not (0 <= a <= b <= SEED_MAX) or b - a > 100000:
             raise UsageError(f"--seeds: {shown(part)} is not a range of seeds in [0, 2**31)")
         seeds.update(range(a, b + 1))
     return sorted(seeds)
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from icmlbook.runner import run_many
-    from icmlbook.sweep import Interrupted
+    from icmlbook.batch import Interrupted, run_jobs
 
     chapters = _select(args)
     if args.jobs < 1:
         raise UsageError("--jobs must be at least 1")
-    if not 0 <= args.seed < 2**31:
-        raise UsageError(f"--seed must be an integer in [0, 2**31); got {shown(args.seed)}")
+    _seed_ok(args.seed, "--seed")
     overrides = _overrides(args.param, "--seed")
-    if args.inplace and (args.tier != "default" or args.seed != 0 or overrides):
+    if args.inplace and (args.tier != COMMITTED_TIER or args.seed != COMMITTED_SEED or overrides):
         raise UsageError("--inplace stores the committed outputs: default tier, seed 0, "
                          "no -p (use --out for other runs)")
-    jobs = [(j.chapter, j.tier, j.seed, j.params)
-            for j in _jobs(chapters, args.tier, [args.seed], overrides)]
+    jobs = _jobs(chapters, args.tier, [args.seed], overrides)
     _writable_dir(args.out, "--out")
     _writable_file(args.json, "--json")
     workers = _workers(args.jobs, len(jobs), "--jobs")
     status = 0
     try:
-        results = run_many(jobs, Path(args.out), args.inplace, workers=workers,
+        results = run_jobs(jobs, Path(args.out), workers=workers, inplace=args.inplace,
                            verbose=args.verbose)
     except Interrupted as exc:
         print(f"\ninterrupted: {len(exc.results)} run(s) had finished", file=sys.stderr)
@@ -284,23 +279,24 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def _table(results: list[Any]) -> None:
     print(f"\n{'chapter':<34} {'tier':<8} {'seed':>4} {'seconds':>8} {'paper':>6} "
-          f"{'checks':>6} {'other':>6}  verdict")
+          f"{'checks':>6}  verdict")
     for r in results:
         print(f"{r.chapter + ' ' + r.slug:<34} {r.tier:<8} {r.seed:>4} {r.seconds:>8.1f} "
-              f"{r.kind_counts('paper') or '-':>6} {r.kind_counts('check') or '-':>6} "
-              f"{r.kind_counts('unsorted') or '-':>6}  {r.verdict}")
+              f"{r.kind_counts('paper') or '-':>6} {r.kind_counts('check') or '-':>6}  "
+              f"{r.verdict}")
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
-    from icmlbook.sweep import Interrupted, run_jobs, tidy, write_tables
+    from icmlbook.batch import Interrupted, run_jobs, tidy, write_tables
 
     chapters = _select(args)
     seeds = parse_seeds(args.seeds)
     overrides = _overrides(args.param, "--seeds")
     if args.workers is not None and args.workers < 1:
         raise UsageError("--workers must be at least 1")
-    if args.update_results and (seeds not in (list(range(10)), list(range(20)))
-                                or args.tier != "default" or overrides):
+    committed = [list(CALIBRATION_SEEDS), list(CALIBRATION_SEEDS + CONFIRMATION_SEEDS)]
+    if args.update_results and (seeds not in committed or args.tier != COMMITTED_TIER
+                                or overrides):
         raise UsageError("--update-results writes the committed results: --seeds 0-9 "
                          "(calibration) or 0-19 (with confirmation), --tier default, no -p")
     jobs = _jobs(chapters, args.tier, seeds, overrides)

@@ -44,8 +44,12 @@ def check_int(name: str, value: Any, lo: int | None = None, hi: int | None = Non
     _check_bounds(name, value, lo, hi)
 
 
+SEED_MAX = 2**31 - 1
+"""Seeds are integers in [0, SEED_MAX] (the CLI, the chapters and the sweeps agree)."""
+
+
 def check_seed(seed: Any) -> None:
-    check_int("seed", seed, 0, 2**31 - 1)
+    check_int("seed", seed, 0, SEED_MAX)
 
 
 def check_range(name: str, value: Any, lo: float | None = None, hi: float | None = None,
@@ -62,11 +66,6 @@ def check_choice(name: str, value: Any, choices: Sequence[Any]) -> None:
     """One of ``choices``, of the same type (12.0 is not the integer choice 12)."""
     if not any(type(value) is type(c) and value == c for c in choices):
         raise ParameterError(f"{name} must be one of {', '.join(map(repr, choices))}; got {shown(value)}")
-
-
-def check_bool(name: str, value: Any) -> None:
-    if not isinstance(value, bool):
-        raise ParameterError(f"{name} must be True or False; got {shown(value)}")
 
 
 def _check_bounds(name, value, lo, hi, lo_open=False, hi_open=False) -> None:

@@ -6,7 +6,26 @@ from pathlib import Path
 from typing import Any
 
 RECORD_MIME = "application/vnd.icmlbook.record+json"
-RECORD_VERSION = 1
+RECORD_VERSION = 2
+"""2: findings, headlines and the paper's verdict; claims carry strength and provenance."""
+
+KINDS = ("paper", "check")
+"""paper: what the paper says its method does, isolating an ingredient or against a
+baseline; check: identities, closed forms, premises, counts."""
+SECTIONS = {"paper": "paper claims", "check": "checks"}
+
+
+def tally(claims: list[dict[str, Any]], kinds: tuple[str, ...] = KINDS,
+          labels: bool = True) -> str:
+    """Passed/total per kind of a record's claims: "paper claims 3/3, checks 2/2" (or
+    "3/3" for one kind with ``labels=False``; "" when there are none)."""
+    parts = []
+    for kind in kinds:
+        group = [c for c in claims if c.get("kind") == kind]
+        if group:
+            n = f"{sum(bool(c['passed']) for c in group)}/{len(group)}"
+            parts.append(f"{SECTIONS.get(kind, kind)} {n}" if labels else n)
+    return ", ".join(parts)
 
 
 def read_record(notebook: str | Path | dict) -> dict[str, Any] | None:

@@ -16,9 +16,10 @@ from pathlib import Path
 from typing import Any
 
 from icmlbook.chapters import Chapter, list_chapters
-from icmlbook.results import (CALIBRATION_SEEDS, CONFIRMATION_SEEDS, RESULTS_TIER, _read_rows,
+from icmlbook.results import (RESULTS_TIER, _read_rows,
                               is_current, margin, percent, read_results, read_sidecar,
                               summary, verdict_across)
+from icmlbook.tiers import CALIBRATION_SEEDS, CONFIRMATION_SEEDS
 from icmlbook.verdicts import LADDER
 
 PAGE = Path("book") / "reproduction.md"
@@ -42,8 +43,9 @@ def verdicts(root: str | Path | None = None) -> dict[str, dict[str, Any] | None]
 def render(root: str | Path | None = None) -> str:
     """The report's Markdown, from the results files of the chapters in ``_toc.yml``."""
     chapters = list_chapters(root)
-    swept = [(c, df) for c in chapters if (df := read_results(c)) is not None]
-    missing = [c for c in chapters if read_results(c) is None]
+    frames = {c.number: read_results(c) for c in chapters}
+    swept = [(c, frames[c.number]) for c in chapters if frames[c.number] is not None]
+    missing = [c for c in chapters if frames[c.number] is None]
     tables = {c.number: summary(df) for c, df in swept}
     metas = {c.number: read_sidecar(c) for c, _ in swept}
     verdict = {c.number: verdict_across(df.to_dict("records"), metas[c.number])
@@ -83,7 +85,7 @@ def render(root: str | Path | None = None) -> str:
     for c in chapters:
         v = verdict.get(c.number)
         nf = int((tables[c.number]["kind"] == "finding").sum()) if c.number in tables else 0
-        link = f"[{nf}](findings-{c.number})" if nf else "-"
+        link = f"{{ref}}`{nf} <findings-{c.number}>`" if nf else "-"
         if v:
             why = "; ".join(f"{h['name']}: {h['verdict']}"
                             + ("" if h["verdict"] == "reproduced" else f" ({h['reason']})")

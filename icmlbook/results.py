@@ -15,13 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from icmlbook.chapters import Chapter
-from icmlbook.tiers import RULES
+from icmlbook.tiers import CALIBRATION_SEEDS, COMMITTED_TIER, CONFIRMATION_SEEDS, RULES
 
-RESULTS_TIER = "default"
-CALIBRATION_SEEDS = tuple(range(10))
-CONFIRMATION_SEEDS = tuple(range(10, 20))
-RESULTS_SEEDS = CALIBRATION_SEEDS
-"""The seeds every results file holds (the confirmation seeds come on top)."""
+RESULTS_TIER = COMMITTED_TIER
 SPLITS = {"calibration": CALIBRATION_SEEDS, "confirmation": CONFIRMATION_SEEDS}
 COLUMNS = ["seed", "split", "kind", "versus", "name", "value", "op", "threshold", "passed",
            "strength", "provenance", "strict", "strict_passed", "seconds", "peak_mb",
@@ -163,7 +159,7 @@ def summary_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         stricts = [bool(r["strict_passed"]) for r in g if r["strict_passed"] in (True, False)]
         row["strict"] = f"{sum(stricts)}/{len(stricts)}" if stricts else "-"
         out.append(row)
-    order = {"paper": 0, "check": 1, "unsorted": 2, "finding": 3}
+    order = {"paper": 0, "check": 1, "finding": 2}
     return sorted(out, key=lambda row: order[row["kind"]])  # sorted() is stable
 
 
@@ -172,7 +168,7 @@ def verdict_across(rows: list[dict[str, Any]], meta: dict[str, Any] | None
     """The paper's verdict over every seed of a results file, by the rule of
     :mod:`icmlbook.verdicts`: a claim counts as holding if it holds on every seed, a
     finding as the paper's way if on every seed, against it if on none."""
-    from icmlbook.verdicts import combine, grade, weak
+    from icmlbook.verdicts import grade_all, weak
 
     if not meta or not meta.get("headlines"):
         return None
@@ -185,9 +181,7 @@ def verdict_across(rows: list[dict[str, Any]], meta: dict[str, Any] | None
             findings[name] = True if n_ok == len(g) else False if n_ok == 0 else None
         elif g[0]["kind"] == "paper":
             claims[name] = {"passed": n_ok == len(g), "weak": weak(g[0])}
-    graded = [(h["name"], *grade(h, claims, findings)) for h in meta["headlines"]]
-    return {"paper": combine(v for _, v, _ in graded),
-            "headlines": [{"name": n, "verdict": v, "reason": r} for n, v, r in graded]}
+    return grade_all(meta["headlines"], claims, findings)
 
 
 def _median(values: list[float]) -> float:
@@ -267,9 +261,9 @@ def across_seeds(run: Any, root: str | Path | None = None) -> list[dict[str, Any
         print(f"(the strip plot of these values is drawn at the {RESULTS_TIER} tier)")
     verdict = verdict_across(rows, read_sidecar(chapter))
     if verdict:
-        print(f"The paper's verdict over these seeds: {verdict['paper'].upper()}")
-        for h in verdict["headlines"]:
-            print(f"  {h['name']}: {h['verdict']} ({h['reason']})")
+        from icmlbook.verdicts import verdict_lines
+
+        print("\n".join(verdict_lines(verdict, "The paper's verdict over these seeds")))
     return table
 
 

@@ -27,7 +27,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from icmlbook.params import check_seed, check_tier
-from icmlbook.record import RECORD_MIME, RECORD_VERSION
+from icmlbook.record import KINDS, RECORD_MIME, RECORD_VERSION, SECTIONS, tally
 from icmlbook.tiers import ENFORCED_TIERS, configure_torch, pick, rules, seed_everything
 from icmlbook.verdicts import (PROVENANCE, STRENGTH, Finding, Headline, paper_verdict,
                                print_verdict)
@@ -39,14 +39,9 @@ class ClaimFailed(AssertionError):
     """One or more claim checks failed at a tier where claims are enforced."""
 
 
-KINDS = ("paper", "check", "unsorted")
-"""paper: what the paper says its method does, isolating an ingredient or against a
-baseline; check: identities, closed forms, premises, counts; unsorted: declared with
-``claim()`` but without ``versus`` (chapters written before the two kinds existed)."""
 VERSUS = ("ablation", "baseline")
 """What a paper claim isolates: the key ingredient against its ablation, or the method
 against the strongest fair baseline."""
-SECTIONS = {"paper": "paper claims", "check": "checks", "unsorted": "claims"}
 
 
 @dataclass
@@ -146,13 +141,9 @@ class Session:
         version (``1.0`` for a ratio, ``0.0`` for a difference): whether the value also
         clears it is recorded (never enforced) and counted across seeds by the report.
         """
-        if versus is None and against is None:
-            kind = "unsorted"
-        elif versus not in VERSUS or not against:
+        if versus not in VERSUS or not against:
             raise ValueError(f"claim {name!r}: versus must be one of {list(VERSUS)} and "
                              f"against must name the ablation or baseline")
-        else:
-            kind = "paper"
         if strength is not None and strength not in STRENGTH:
             raise ValueError(f"claim {name!r}: strength must be one of {list(STRENGTH)}")
         if provenance is not None and provenance not in PROVENANCE:
@@ -160,7 +151,7 @@ class Session:
         if strength not in (None, "superiority") and strict is None:
             raise ValueError(f"claim {name!r}: a {strength} claim needs strict=, the "
                              "threshold of its superiority version")
-        c = Claim(name, statement, float(value), op, float(threshold), False, kind, versus,
+        c = Claim(name, statement, float(value), op, float(threshold), False, "paper", versus,
                   against, strength, provenance, None if strict is None else float(strict))
         if c.strict is not None:
             c.strict_passed = bool(math.isfinite(c.value) and _OPS[op](c.value, c.strict))
@@ -245,29 +236,21 @@ class Session:
         width = max(len(c.name) for c in self.claims)
         mode = "enforced" if self.enforced else "recorded, not enforced"
         kinds = [k for k in KINDS if any(c.kind == k for c in self.claims)]
-        if kinds == ["unsorted"]:  # a chapter written before the two kinds: its old table
-            print(f"{'claim':<{width}}  {'needs':<12}  verdict")
-            for c in self.claims:
-                print(f"{c.name:<{width}}  {c.op + ' ' + format(c.threshold, '.10g'):<12}  "
-                      f"{'PASS' if c.passed else 'FAIL'}")
-            n_ok = sum(c.passed for c in self.claims)
-            print(f"{n_ok}/{len(self.claims)} claims hold (tier {self.tier}: {mode})")
-        else:
-            width = max(width + 2, *(len(SECTIONS[k]) for k in kinds))
-            graded = any(c.strength for c in self.claims)
-            extra = f"  {'strength':<15}" if graded else ""
-            print(f"{'':<{width}}  {'needs':<12}  {'isolates':<8}{extra}  verdict")
-            counts = []
-            for k in kinds:
-                group = [c for c in self.claims if c.kind == k]
-                print(SECTIONS[k])
-                for c in group:
-                    more = f"  {c.strength or '-':<15}" if graded else ""
-                    print(f"  {c.name:<{width - 2}}  "
-                          f"{c.op + ' ' + format(c.threshold, '.10g'):<12}  "
-                          f"{c.versus or '-':<8}{more}  {'PASS' if c.passed else 'FAIL'}")
-                counts.append(f"{sum(c.passed for c in group)}/{len(group)} {SECTIONS[k]}")
-            print(f"{' and '.join(counts)} hold (tier {self.tier}: {mode})")
+        width = max(width + 2, *(len(SECTIONS[k]) for k in kinds))
+        graded = any(c.strength for c in self.claims)
+        extra = f"  {'strength':<15}" if graded else ""
+        print(f"{'':<{width}}  {'needs':<12}  {'isolates':<8}{extra}  verdict")
+        counts = []
+        for k in kinds:
+            group = [c for c in self.claims if c.kind == k]
+            print(SECTIONS[k])
+            for c in group:
+                more = f"  {c.strength or '-':<15}" if graded else ""
+                print(f"  {c.name:<{width - 2}}  "
+                      f"{c.op + ' ' + format(c.threshold, '.10g'):<12}  "
+                      f"{c.versus or '-':<8}{more}  {'PASS' if c.passed else 'FAIL'}")
+            counts.append(f"{sum(c.passed for c in group)}/{len(group)} {SECTIONS[k]}")
+        print(f"{' and '.join(counts)} hold (tier {self.tier}: {mode})")
         if self.findings or self.headlines:
             print_verdict(self.headlines, self.claims, self.findings)
         failed = [c for c in self.claims if not c.passed]
@@ -313,11 +296,8 @@ class Session:
 
     def _emit_record(self) -> dict[str, Any]:
         rec = self.record()
-        counts = []
-        for kind in KINDS:
-            group = [c for c in rec["claims"] if c["kind"] == kind]
-            if group:
-                counts.append(f"{sum(c['passed'] for c in group)}/{len(group)} {SECTIONS[kind]}")
+        counts = [f"{tally(rec['claims'], (k,), labels=False)} {SECTIONS[k]}" for k in KINDS
+                  if any(c["kind"] == k for c in rec["claims"])]
         summary = (f"icmlbook record: chapter {rec['chapter']}, tier {rec['tier']}, "
                    f"seed {rec['seed']}: {' and '.join(counts) or 'no claims'} hold")
         try:

@@ -51,6 +51,14 @@ ENFORCED_TIERS = tuple(t for t, r in RULES.items() if r.enforce_claims)
 NOTEBOOK_MB = 1.5
 """Largest committed notebook."""
 
+COMMITTED_TIER = "default"
+COMMITTED_SEED = 0
+"""What a committed notebook holds: a run at this tier and seed."""
+CALIBRATION_SEEDS = tuple(range(10))
+CONFIRMATION_SEEDS = tuple(range(10, 20))
+"""Thresholds are set on the calibration seeds; the confirmation seeds are swept once,
+after the thresholds are frozen. A results file holds both (at the committed tier)."""
+
 
 def rules(tier: str) -> TierRules:
     """The rules of ``tier``; a ValueError names the tiers for anything else."""

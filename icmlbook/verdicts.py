@@ -15,7 +15,8 @@ The rule (fixed before the final sweeps; a chapter cites it in its thresholds ce
   paper (on every seed);
 * **partly** otherwise: a claim holds only in a weaker form (non-inferiority, within a
   factor, against a stand-in) or after a change, or a finding goes against the paper
-  on some or all seeds while a claim holds.
+  on some or all seeds while a claim holds, or only findings test it (they go the
+  paper's way but were not pre-registered as claims).
 
 The paper is *reproduced* when every testable headline is, *not reproduced* when none
 is even partly, *not testable* when no headline is testable, and *partly* otherwise.
@@ -115,8 +116,8 @@ def grade(h: Headline | dict, claims: dict[str, dict], findings: dict[str, bool 
         parts.append("against the paper: " + "; ".join(against))
     if mixed:
         parts.append("the paper's way on some seeds only: " + "; ".join(mixed))
-    if held and not parts:  # only possible with no claims failing and findings in favour
-        parts.append("holds")
+    if not parts:  # no claim tests it and every finding goes the paper's way
+        parts.append("the paper's way in findings only, which are not pre-registered claims")
     return "partly", "; ".join(parts)
 
 
@@ -132,19 +133,29 @@ def combine(verdicts: Iterable[str]) -> str:
     return "partly"
 
 
-def _run_status(claims: Iterable[Any], findings: Iterable[Finding]
-                ) -> tuple[dict[str, dict], dict[str, bool | None]]:
-    cs = {c.name: {"passed": c.passed, "weak": weak(c)} for c in claims if c.kind == "paper"}
-    return cs, {f.name: f.holds for f in findings}
+def grade_all(headlines: Iterable[Headline | dict], claims: dict[str, dict],
+              findings: dict[str, bool | None]) -> dict[str, Any]:
+    """Each headline's (verdict, reason) by :func:`grade`, and the paper's by
+    :func:`combine`: the one assembly behind a run's verdict and a results file's."""
+    graded = []
+    for h in headlines:
+        name = h["name"] if isinstance(h, dict) else h.name
+        graded.append((name, *grade(h, claims, findings)))
+    return {"paper": combine(v for _, v, _ in graded),
+            "headlines": [{"name": n, "verdict": v, "reason": r} for n, v, r in graded]}
+
+
+def verdict_lines(v: dict[str, Any], title: str) -> list[str]:
+    """The verdict as printed text: the paper's on one line, each headline below."""
+    return [f"{title}: {v['paper'].upper()}",
+            *(f"  {h['name']}: {h['verdict']} ({h['reason']})" for h in v["headlines"])]
 
 
 def paper_verdict(headlines: list[Headline], claims: Iterable[Any],
                   findings: Iterable[Finding]) -> dict[str, Any]:
     """The verdict of one run: each headline's grade and the paper's."""
-    cs, fs = _run_status(claims, findings)
-    graded = [(h.name, *grade(h, cs, fs)) for h in headlines]
-    return {"paper": combine(v for _, v, _ in graded),
-            "headlines": [{"name": n, "verdict": v, "reason": r} for n, v, r in graded]}
+    cs = {c.name: {"passed": c.passed, "weak": weak(c)} for c in claims if c.kind == "paper"}
+    return grade_all(headlines, cs, {f.name: f.holds for f in findings})
 
 
 def print_verdict(headlines: list[Headline], claims: list[Any], findings: list[Finding]
@@ -159,6 +170,4 @@ def print_verdict(headlines: list[Headline], claims: list[Any], findings: list[F
             print(f"  {f.name:<{width}}  paper: {f.op} {f.reference:.10g}  {way}")
     if headlines:
         v = paper_verdict(headlines, claims, findings)
-        print(f"the paper's verdict on this run: {v['paper'].upper()}")
-        for h in v["headlines"]:
-            print(f"  {h['name']}: {h['verdict']} ({h['reason']})")
+        print("\n".join(verdict_lines(v, "the paper's verdict on this run")))

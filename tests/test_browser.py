@@ -165,6 +165,33 @@ def test_html_page_renders_offline(browser, html_site, page):
     context.close()
 
 
+def test_html_solution_is_folded_and_opens(browser, html_site):
+    """An exercise's worked solution is folded in the HTML book: its reasoning under a
+    "Solution to exercise 1" dropdown and its code and output under a toggle; opening
+    them shows the reasoning and the solution check's output."""
+    base, _ = html_site
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    _local_only(context, [])
+    tab = context.new_page()
+    tab.goto(f"{base}/book/ch05_conformal_betting.html", wait_until="networkidle")
+    drop = tab.locator("details.sd-dropdown", has_text="Solution to exercise 1").first
+    assert drop.count() == 1 and drop.get_attribute("open") is None, "the solution is not folded"
+    body = drop.locator(".sd-summary-content, .sd-card-body").first
+    assert not body.is_visible()
+    drop.locator("summary").first.click()
+    assert body.is_visible() and len(body.inner_text()) > 40
+    code = tab.locator("details.hide", has_text="solution check holds").first
+    output = code.locator(".cell_output").first
+    assert not output.is_visible(), "the solution's code and output are not folded"
+    code.locator("summary").first.click()
+    output.wait_for(state="visible")
+    assert "solution check holds" in output.inner_text()
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    output.scroll_into_view_if_needed()
+    tab.screenshot(path=str(SHOTS / "html_ch05_solution.png"))
+    context.close()
+
+
 # --- (b) JupyterLab --------------------------------------------------------------------
 
 @pytest.fixture(scope="module")

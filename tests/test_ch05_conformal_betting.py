@@ -148,3 +148,33 @@ def test_oracle_width_batches_per_column():
     assert w[0] == pytest.approx(ch.oracle_width(scores, segments, 0.1))
     assert w[1] == pytest.approx(ch.oracle_width(scores, segments, 0.2))
     assert w[0] > w[1]
+
+
+def test_exercise_solutions_off_by_one_and_horizons():
+    # exercise 1: with divisor t - 1 a full-size loss after a run of wins bankrupts the
+    # bettor; with divisor t it survives
+    coins = np.array([1.0] * 5 + [-1.0])
+    assert ch.kt_wealth_from_coins(coins, off_by_one=True)[-1] == 0.0
+    assert ch.kt_wealth_from_coins(coins)[-1] > 0
+    # and with ACI's coins every step factor is at least 1 - alpha (1 - alpha)
+    scores, _ = stream(2000, seed=5)
+    _, worst = ch.kt_off_by_one(scores, 0.1)
+    assert worst >= 1 - 0.1 * 0.9 - 1e-12
+    # exercise 3: one horizon is KT itself; h interleaved bettors see only their steps
+    assert np.allclose(ch.kt_horizon(scores, 0.1, 1), ch.kt_aci(scores, 0.1)[0])
+    r2 = ch.kt_horizon(scores, 0.1, 2)
+    assert np.allclose(r2[1::2], ch.kt_aci(scores[1::2], 0.1)[0])
+    # exercise 2: restarting every k steps is KT on each block
+    rs = ch.kt_restarted(scores, 0.1, 500)
+    assert np.allclose(rs[500:1000], ch.kt_aci(scores[500:1000], 0.1)[0])
+
+
+def test_finding_gap_goes_against_the_paper_for_a_told_baseline():
+    # the finding compares KT's mean long-run gap with SF-OGD's; SF-OGD, told the bound,
+    # is closer to alpha on this stream, as the chapter reports
+    sc, _, _, alpha_col = sweep_streams()
+    kt = ch.kt_aci(sc, alpha_col, 1.0)[0]
+    sf = ch.sf_ogd_aci(sc, alpha_col, sc[:100].max(axis=0))
+    diff = (ch.miscoverage_gap(sc, kt, alpha_col).mean()
+            - ch.miscoverage_gap(sc, sf, alpha_col).mean())
+    assert diff > 0

@@ -1,7 +1,6 @@
 """Chapter 12: the teacher, LoRA (exact start, merge, Eq. 3, conv reshapes), k-means
 selection, the base model's file, and paper claims that fail for broken variants."""
 import copy
-import time
 
 import pytest
 import torch
@@ -183,7 +182,8 @@ def test_training_lowers_the_error_and_touches_only_trainable_weights():
 
 
 def test_a_smoke_sized_base_is_saved_and_loads(tmp_path):
-    G, D, _ = ch.train_base(3, 0)
+    torch.manual_seed(0)
+    G, D, _ = ch.train_base(3, gen(0))
     path = tmp_path / "base.pt"
     ch.save_base(G, D, path, 3)
     G2, D2, steps = ch.load_base(path)
@@ -206,7 +206,23 @@ def test_the_shipped_base_loads_is_small_and_knows_its_concepts():
 
 def test_thresholds_are_the_chapters():
     assert ch.C_VS_FULL >= 1 and 0 < ch.C_VS_SCRATCH < 1 and ch.C_RANK_LOSS >= 1
-    assert ch.C_RANK < max(ch.RANKS) and 0 < ch.C_TIME <= 1
+    assert ch.C_RANK < max(ch.RANKS) and 0 < ch.C_FLOPS <= 1
+
+
+def test_rank_search_keeps_the_smallest_rank_within_the_tolerance():
+    val = {1: 1.15, 2: 1.08, 4: 1.0, 8: 1.01}
+    assert ch.rank_search(val, 0.0) == 4  # the best rank
+    assert ch.rank_search(val, 0.1) == 2  # 1.08 <= 1.1, 1.15 > 1.1
+    assert ch.rank_search(val, 0.2) == 1
+    assert all(ch.rank_search(val, a) >= ch.rank_search(val, b)
+               for a, b in [(0.0, 0.05), (0.05, 0.1), (0.1, 0.3)])
+
+
+def test_a_search_that_returns_the_largest_rank_fails_the_small_rank_check():
+    # the check on r*, not the paper claim on ranks (which compares ranks 1 and 8
+    # whatever the search picks)
+    val = {r: 1.0 - 0.1 * i for i, r in enumerate(ch.RANKS)}  # every rank a clear gain
+    assert ch.rank_search(val, 0.0) == max(ch.RANKS) > ch.C_RANK
 
 
 # ---- paper claims: they hold for the chapter's method, and fail for broken ones -------
@@ -220,7 +236,7 @@ def setting():
     return G_base, D_base, xs, ch.make_images(300, gen(52))
 
 
-def fit(G, D, xs, lr, steps=100):
+def fit(G, D, xs, lr, steps=100):  # the default tier's ft_steps
     ch.train_gan(G, D, ch.pair_sampler(xs, "flipH+invert"), steps, lr, gen(53))
     return G
 
@@ -234,7 +250,8 @@ def test_zero_shot_base_fails_both_baseline_claims(setting):
     full = ch.held_out_l1(fit(copy.deepcopy(G_base), copy.deepcopy(D_base), xs, 3e-3),
                           c, test)
     torch.manual_seed(0)
-    scratch = ch.held_out_l1(fit(ch.Generator(), ch.Discriminator(), xs, 3e-3), c, test)
+    scratch = ch.held_out_l1(fit(ch.Generator(), ch.Discriminator(), xs, 1e-2,
+                                 ch.SCRATCH_X * 100), c, test)
     assert zero / full > ch.C_VS_FULL
     assert zero / scratch > ch.C_VS_SCRATCH
 
@@ -249,13 +266,14 @@ def test_an_untrained_base_fails_the_transfer_claim(setting):
     layers = ch.LAYER_GROUPS["self-attention"] + ch.LAYER_GROUPS["cross-attention"]
     lora = fit(ch.with_lora(random_base, layers, 4), ch.Discriminator(), xs, ch.LR_LORA)
     torch.manual_seed(0)
-    scratch = fit(ch.Generator(), ch.Discriminator(), xs, 3e-3)
+    scratch = fit(ch.Generator(), ch.Discriminator(), xs, 1e-2, ch.SCRATCH_X * 100)
     assert ch.held_out_l1(lora, c, test) / ch.held_out_l1(scratch, c, test) > (
         ch.C_VS_SCRATCH)
 
 
 @pytest.mark.slow
-def test_zero_shot_base_fails_the_rank_loss_claim(setting):
+def test_rank_1_adapters_that_never_train_fail_the_rank_claim(setting):
+    # rank-1 adapters with a learning rate of zero are the zero-shot base
     G_base, D_base, xs, test = setting
     c = "flipH+invert"
     layers = ch.LAYER_GROUPS["self-attention"] + ch.LAYER_GROUPS["cross-attention"]
@@ -265,25 +283,22 @@ def test_zero_shot_base_fails_the_rank_loss_claim(setting):
         ch.C_RANK_LOSS)
 
 
-def test_a_search_that_returns_the_largest_rank_fails_the_small_rank_claim():
-    assert max(ch.RANKS) > ch.C_RANK
+def flop_ratio(layers, r, xs):
+    G_base, D_base = ch.Generator(), ch.Discriminator()
+    sample = ch.pair_sampler(xs, "flipH+invert")
+    lora = ch.flops_per_step(ch.with_lora(G_base, layers, r), copy.deepcopy(D_base),
+                             sample, gen(60))
+    return lora / ch.flops_per_step(G_base, D_base, sample, gen(60))
 
 
-def cpu_per_step(G, D, xs, steps=8):
-    best = float("inf")
-    for _ in range(3):
-        t0 = time.process_time()
-        ch.train_gan(copy.deepcopy(G), copy.deepcopy(D), ch.pair_sampler(
-            xs, "flipH+invert"), steps, 1e-3, gen(60))
-        best = min(best, (time.process_time() - t0) / steps)
-    return best
-
-
-@pytest.mark.slow
-def test_adapters_on_every_layer_at_rank_8_fail_the_time_claim(setting):
-    G_base, D_base, xs, _ = setting
-    everywhere = ch.with_lora(G_base, ALL_LAYERS, 8)
-    full = cpu_per_step(G_base, D_base, xs)
-    assert cpu_per_step(everywhere, D_base, xs) / full > ch.C_TIME
-    crucial = ch.with_lora(G_base, ch.LAYER_GROUPS["self-attention"], 1)
-    assert cpu_per_step(crucial, D_base, xs) / full <= ch.C_TIME
+def test_adapters_on_every_layer_fail_the_cost_claim():
+    # the operation count does not depend on the weights: an untrained G will do
+    torch.manual_seed(0)
+    xs = images(40, 12)
+    assert flop_ratio(ALL_LAYERS, 8, xs) > ch.C_FLOPS
+    assert flop_ratio(ALL_LAYERS, 1, xs) > ch.C_FLOPS
+    groups = ch.LAYER_GROUPS
+    assert flop_ratio(groups["in/out convs"] + groups["residual blocks"], 1, xs) > (
+        ch.C_FLOPS)  # adapters early in the net save no backward pass
+    assert flop_ratio(groups["self-attention"] + groups["feed-forward"], 1, xs) <= (
+        ch.C_FLOPS)

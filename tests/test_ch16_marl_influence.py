@@ -302,3 +302,18 @@ def test_separation_score():
     D = np.array([[True, False], [True, True]])
     assert ch.separation(np.array([[1.0, 0.1], [0.5, 0.8]]), D) == pytest.approx(0.4)
     assert ch.separation(np.array([[1.0, 0.6], [0.5, 0.8]]), D) < 0
+
+
+def test_conditional_correlation_of_exercise_3_sees_xor_but_not_parity():
+    P, R, pi = default_setup()
+    tim, _, _, d = ch.exact_impacts(P, pi, R, ch.DEV)
+    acts = ch.joint_actions(4, 2)
+    s_all = np.repeat(np.arange(ch.N_STATES), len(acts))
+    a_all = np.tile(acts, (ch.N_STATES, 1))
+    xor = ch.conditional_corr(d.ravel(), R[1].ravel(), a_all[:, 0], a_all[:, 1], s_all)
+    assert xor == pytest.approx(1.0)
+    R3 = R.copy()
+    R3[2] += (acts[:, 0] ^ acts[:, 1] ^ acts[:, 2]) == 0
+    tim3, _, _, d3 = ch.exact_impacts(P, pi, R3, ch.DEV)
+    parity = ch.conditional_corr(d3.ravel(), R3[2].ravel(), a_all[:, 0], a_all[:, 2], s_all)
+    assert parity <= ch.C_ZERO and tim3[0, 2] == pytest.approx(1.0)

@@ -8,7 +8,7 @@ from helpers import chapter_defs
 ch = chapter_defs("ch17_in_context_posterior_sampling")
 TRAIN = ch.posterior_tables(ch.TRAIN_PRIOR)
 TEST_PRIOR = (0.5, 1.0)  # the chapter's default shift
-L_DEFAULT, N_TEST, WINDOW = 300, 200, 4  # the default tier's test
+L_DEFAULT, N_TEST, WINDOW = 300, 200, 4  # the default tier's horizon and window
 
 
 def gen(seed):
@@ -168,7 +168,6 @@ def test_regret_curve_and_lifelong_ratio():
 def test_thresholds_are_the_chapters():
     # the bars come from the chapter's thresholds cell, never retyped here
     assert 0 < ch.C_VS_GREEDY < 1 and 0 < ch.C_LIFELONG < 1
-    assert ch.C_VS_UCB >= 1 and ch.C_VS_THOMPSON >= 1
 
 
 # ---- paper claims: they hold for the chapter's agent, and fail for broken ones -------
@@ -182,23 +181,19 @@ def trained():
     arms, rewards = ch.behaviour_histories(means, ch.H, g)
     net = ch.PSBLNet(32, 64)
     ch.pretrain(net, arms, rewards, TRAIN, 300, 32)
-    test_gen = gen(1000)
-    test = ch.sample_tasks(N_TEST, TEST_PRIOR, test_gen)
-    refs = {"greedy": ch.act_in_context(net, test, L_DEFAULT, test_gen, sample=False,
-                                        window=WINDOW)[0],
-            "ucb": ch.ucb1(test, L_DEFAULT, test_gen),
-            "thompson": ch.thompson(test, L_DEFAULT, test_gen, TEST_PRIOR)}
-    curves = {k: ch.regret_curve(test, a) for k, a in refs.items()}
-    return net, test, curves
+    test = ch.sample_tasks(N_TEST, TEST_PRIOR, gen(1000))
+    greedy = ch.act_in_context(net, test, L_DEFAULT, gen(1001), sample=False,
+                               window=WINDOW)[0]
+    return net, test, {"greedy": ch.regret_curve(test, greedy)}
 
 
 def paper_claims(curve, curves):
-    """The chapter's four paper claims for an agent with regret curve `curve`."""
-    r = curve[-1]
-    return dict(vs_greedy=r / curves["greedy"][-1] <= ch.C_VS_GREEDY,
-                lifelong=ch.lifelong_ratio(curve) <= ch.C_LIFELONG,
-                vs_ucb=r / curves["ucb"][-1] <= ch.C_VS_UCB,
-                vs_thompson=r / curves["thompson"][-1] <= ch.C_VS_THOMPSON)
+    """The chapter's two paper claims for an agent with regret curve `curve`: regret
+    against the greedy stand-in, and rho (Eq. 7) against the greedy agent's rho."""
+    greedy = curves["greedy"]
+    return dict(vs_greedy=curve[-1] / greedy[-1] <= ch.C_VS_GREEDY,
+                lifelong=ch.lifelong_ratio(curve) / ch.lifelong_ratio(greedy)
+                <= ch.C_LIFELONG)
 
 
 def test_paper_claims_hold_for_the_chapter_agent(trained):

@@ -28,7 +28,7 @@ CHAPTERS = list_chapters(ROOT)
 @pytest.fixture()
 def no_kernels(monkeypatch):
     """Any attempt to start a run fails the test; what the engine was asked is kept."""
-    import icmlbook.sweep
+    import icmlbook.batch
 
     asked = {}
 
@@ -36,7 +36,7 @@ def no_kernels(monkeypatch):
         asked.update(jobs=jobs, **kw)
         return []
 
-    monkeypatch.setattr(icmlbook.sweep, "run_jobs", refuse)
+    monkeypatch.setattr(icmlbook.batch, "run_jobs", refuse)
     monkeypatch.chdir(ROOT)
     return asked
 
@@ -210,7 +210,7 @@ import icmlbook
 
 run = icmlbook.start("{stem}", tier=tier, seed=seed, torch=False)
 {body}
-run.claim("one", 1.0, "<=", 2.0, "a claim that holds")
+run.claim("one", 1.0, "<=", 2.0, "a claim that holds", versus="ablation", against="a")
 
 # %%
 run.verdict()

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 import icmlbook
-from icmlbook import chapters, params, progressbar, record, session, tiers, widgets
+from icmlbook import batch, chapters, params, progressbar, record, session, tiers, widgets
 
 
 def test_import_is_light():
@@ -67,7 +67,6 @@ def test_configure_torch_cpu_one_thread():
     (lambda: params.check_range("a", 0.0, 0.0, 1.0, lo_open=True), r"a must be in \(0.0, 1.0\]"),
     (lambda: params.check_range("a", 2.0, None, 1.0), r"a must be in \[-inf, 1.0\]"),
     (lambda: params.check_choice("m", "z", ["a", "b"]), "m must be one of 'a', 'b'; got 'z'"),
-    (lambda: params.check_bool("f", 1), "f must be True or False"),
 ])
 def test_parameter_errors_are_clear(call, message):
     with pytest.raises(params.ParameterError, match=message):
@@ -79,26 +78,25 @@ def test_parameter_checks_pass_good_values_silently():
     assert params.check_range("a", 1, 0, 1) is None
     assert params.check_int("n", 3, 1, 5) is None
     assert params.check_choice("m", "a", ["a"]) is None
-    assert params.check_bool("f", False) is None
     assert params.check_tier("smoke") is None and params.check_seed(0) is None
 
 
 # -- session and claims ------------------------------------------------------
 def test_claims_enforced_at_default(capsys):
     run = session.start("99_test", tier="default", seed=0, torch=False)
-    assert run.claim("good", 0.0123, "<=", 0.015, "a claim that holds")
-    assert not run.claim("bad", 3.0, ">=", 5.0, "a claim that fails")
+    assert run.claim("good", 0.0123, "<=", 0.015, "a claim that holds", versus="ablation", against="a")
+    assert not run.claim("bad", 3.0, ">=", 5.0, "a claim that fails", versus="ablation", against="a")
     with pytest.raises(session.ClaimFailed, match=r"bad \(measured 3, needs >= 5\)"):
         run.verdict()
     out = capsys.readouterr().out
-    assert "1/2 claims hold (tier default: enforced)" in out
-    table = out[out.index("claim  "):]
+    assert "1/2 paper claims hold (tier default: enforced)" in out
+    table = out[out.index("paper claims\n"):]
     assert "0.0123" not in table  # the verdict table prints no measured values
 
 
 def test_claims_recorded_not_enforced_at_smoke(capsys):
     run = session.start("99_test", tier="smoke", seed=1, torch=False)
-    run.claim("bad", float("nan"), "<=", 1.0, "NaN never passes")
+    run.claim("bad", float("nan"), "<=", 1.0, "NaN never passes", versus="ablation", against="a")
     run.verdict()  # does not raise
     rec = run.record()
     assert rec["status"] == "recorded" and rec["claims"][0]["passed"] is False
@@ -108,10 +106,12 @@ def test_claims_recorded_not_enforced_at_smoke(capsys):
 def test_claim_validation():
     run = session.start("99_test", tier="smoke", seed=0, torch=False)
     with pytest.raises(ValueError, match="op must be one of"):
-        run.claim("x", 1, "==", 1, "")
-    run.claim("x", 1, "<=", 1, "")
-    with pytest.raises(ValueError, match="declared twice"):
+        run.claim("x", 1, "==", 1, "", versus="ablation", against="a")
+    with pytest.raises(ValueError, match="versus must be one of"):
         run.claim("x", 1, "<=", 1, "")
+    run.claim("x", 1, "<=", 1, "", versus="ablation", against="a")
+    with pytest.raises(ValueError, match="declared twice"):
+        run.check("x", 1, "<=", 1, "")
     with pytest.raises(ValueError, match="no claims"):
         session.start("99_test", tier="smoke", seed=0, torch=False).verdict()
 
@@ -121,7 +121,7 @@ def test_record_is_json_and_complete():
 
     run = session.start("99_test", tier="default", seed=3, params={"alpha": np.float64(0.1)},
                         torch=False)
-    run.claim("c", np.float32(0.5), "<", 1, "statement")
+    run.claim("c", np.float32(0.5), "<", 1, "statement", versus="ablation", against="a")
     run.metric("curve", np.arange(3))
     rec = json.loads(json.dumps(run.record()))
     assert rec["chapter"] == "99_test" and rec["tier"] == "default" and rec["seed"] == 3
@@ -131,7 +131,7 @@ def test_record_is_json_and_complete():
                                      "kind", "versus", "against", "strength", "provenance",
                                      "strict", "strict_passed"}
     assert rec["findings"] == [] and rec["headlines"] == [] and rec["verdict"] is None
-    assert rec["claims"][0]["kind"] == "unsorted"
+    assert rec["claims"][0]["kind"] == "paper"
 
 
 def test_paper_claims_and_checks_print_in_two_sections(capsys):
@@ -162,7 +162,8 @@ def test_a_failed_check_is_enforced_like_a_claim():
 
 
 def test_tier_rules_are_one_table_read_by_the_rest():
-    from icmlbook import bench, runner
+    from icmlbook import batch as runner
+    from icmlbook import bench
 
     assert tiers.TIERS == ("smoke", "default", "full")
     assert tiers.ENFORCED_TIERS == ("default", "full")
@@ -238,7 +239,7 @@ def test_report_renders_swept_and_unswept_chapters(tmp_path):
 def test_results_file_is_checked_before_it_is_written(tmp_path):
     from icmlbook import results
     from icmlbook.chapters import list_chapters
-    from icmlbook.sweep import tidy
+    from icmlbook.batch import tidy
 
     root = _fake_book(tmp_path, _rows([0.5] * 10))
     ch05 = list_chapters(root)[0]
@@ -515,10 +516,10 @@ def test_parse_parameters_and_coerce():
     p = chapters.parse_parameters(src)
     assert list(p) == ["tier", "seed", "lr", "flag"]
     assert p["tier"].comment == "which tier" and p["lr"].default == 0.1
-    assert chapters.coerce("2", 0.1) == 2.0 and isinstance(chapters.coerce("2", 0.1), float)
-    assert chapters.coerce("false", True) is False
-    assert chapters.coerce("3", "default") == "3"
-    assert chapters.coerce("abc", 1) == "abc"  # left for the chapter's check to reject
+    assert batch.coerce("2", 0.1) == 2.0 and isinstance(batch.coerce("2", 0.1), float)
+    assert batch.coerce("false", True) is False
+    assert batch.coerce("3", "default") == "3"
+    assert batch.coerce("abc", 1) == "abc"  # left for the chapter's check to reject
     with pytest.raises(ValueError, match="literal default"):
         chapters.parse_parameters("x = compute()")
     above = chapters.parse_parameters("a = 1  # one\n\n# a long comment\n# in two lines\nb = 2\n"
@@ -540,17 +541,17 @@ def test_resolve_chapters():
 
 def test_validate_runs_the_chapters_own_checks():
     ch05 = chapters.resolve("5", chapters.list_chapters())
-    assert chapters.validate(ch05, {"alpha": "0.2"}) == {"alpha": 0.2}
+    assert batch.validate(ch05, {"alpha": "0.2"}) == {"alpha": 0.2}
     with pytest.raises(params.ParameterError, match="no parameter 'nope'"):
-        chapters.validate(ch05, {"nope": 1})
+        batch.validate(ch05, {"nope": 1})
     with pytest.raises(params.ParameterError, match=r"alpha must be in \(0.0, 0.5\]"):
-        chapters.validate(ch05, {"alpha": "0.9"})
+        batch.validate(ch05, {"alpha": "0.9"})
 
 
 def test_runner_clean_strips_noise():
     import nbformat
 
-    from icmlbook.runner import clean
+    from icmlbook.batch import clean
 
     nb = nbformat.v4.new_notebook()
     nb.metadata["papermill"] = {"x": 1}
@@ -684,6 +685,8 @@ def test_findings_and_the_verdict_rule(capsys):
     h = {"name": "h", "testable": True, "claims": [], "findings": ["f"]}
     assert grade(h, {}, {"f": False})[0] == "not reproduced"
     assert grade(h, {}, {"f": None})[0] == "partly"
+    verdict, reason = grade(h, {}, {"f": True})  # findings alone never reproduce a headline
+    assert verdict == "partly" and "findings only" in reason
     assert grade({**h, "testable": False, "why": "w"}, {}, {})[0] == "not testable"
     assert combine(["reproduced", "not testable"]) == "reproduced"
     assert combine(["not reproduced", "not testable"]) == "not reproduced"
@@ -712,3 +715,66 @@ def test_confirmation_seeds_and_findings_are_summarised_apart():
     meta = {"headlines": [{"name": "h", "testable": True, "claims": ["c"], "findings": ["f"]}]}
     v = verdict_across(pd.DataFrame(rows).to_dict("records"), meta)
     assert v["paper"] == "partly" and "some seeds" in v["headlines"][0]["reason"]
+
+
+# -- the package's map: three groups, imports one way, no cycle ---------------------------
+def _imports():
+    import ast
+
+    pkg = Path(icmlbook_dir())
+    graph = {}
+    for path in sorted(pkg.glob("*.py")):
+        if path.stem == "__init__":
+            continue
+        deps = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("icmlbook."):
+                deps.add(node.module.split(".")[1])
+            elif isinstance(node, ast.Import):
+                deps |= {a.name.split(".")[1] for a in node.names
+                         if a.name.startswith("icmlbook.")}
+        graph[path.stem] = deps - {path.stem}
+    return graph
+
+
+def icmlbook_dir():
+    import icmlbook
+
+    return Path(icmlbook.__file__).parent
+
+
+def test_imports_point_from_tools_to_models_to_kit_without_cycles():
+    import icmlbook
+
+    graph = _imports()
+    group = {m: g for g, mods in icmlbook.GROUPS.items() for m in mods}
+    assert set(group) == set(graph), "every module belongs to exactly one group"
+    order = list(icmlbook.GROUPS)
+    for mod, deps in graph.items():
+        for dep in deps:
+            assert order.index(group[dep]) <= order.index(group[mod]), (
+                f"{mod} ({group[mod]}) imports {dep} ({group[dep]}): an upward import")
+    seen, stack = set(), []
+
+    def visit(m):
+        assert m not in stack, f"import cycle: {' -> '.join(stack + [m])}"
+        if m in seen:
+            return
+        stack.append(m)
+        for d in graph[m]:
+            visit(d)
+        stack.pop()
+        seen.add(m)
+
+    for m in graph:
+        visit(m)
+
+
+def test_the_readme_map_matches_the_code():
+    import re
+
+    import icmlbook
+
+    readme = (Path(icmlbook_dir()).parent / "README.md").read_text(encoding="utf-8")
+    rows = re.findall(r"^\| (kit|models|tools) \| `(\w+)` \|", readme, re.M)
+    assert sorted(rows) == sorted((g, m) for g, mods in icmlbook.GROUPS.items() for m in mods)

@@ -7,7 +7,7 @@ import pytest
 from helpers import ROOT
 
 from icmlbook.chapters import list_chapters
-from icmlbook.runner import execute
+from icmlbook.batch import execute
 
 CHAPTERS = list_chapters(ROOT)
 
@@ -98,8 +98,9 @@ check_range("value", value, 0.0, 10.0)
 import icmlbook
 
 run = icmlbook.start("05_conformal_betting", tier=tier, seed=seed, torch=False)
-run.claim("value is small", value, "<=", 1.0, "a claim that fails for value > 1")
-run.claim("value is positive", value, ">", 0.0, "a claim that holds")
+run.claim("value is small", value, "<=", 1.0, "a claim that fails for value > 1",
+          versus="ablation", against="a larger value")
+run.check("value is positive", value, ">", 0.0, "a claim that holds")
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -139,18 +140,20 @@ def test_cli_failing_chapter_exits_1_and_names_the_cell(failing_book, tmp_path):
 
 @pytest.mark.smoke
 def test_run_many_in_parallel(tmp_path):
-    from icmlbook.runner import run_many
+    from icmlbook.batch import Job, run_jobs
 
     ch05 = next(c for c in CHAPTERS if c.number == "05")
-    results = run_many([(ch05, "smoke", 1, {}), (ch05, "smoke", 2, {"alpha": 0.2})],
+    results = run_jobs([Job(ch05, "smoke", 1, {}), Job(ch05, "smoke", 2, {"alpha": 0.2})],
                        tmp_path, inplace=False, workers=2)
     assert [r.seed for r in results] == [1, 2] and all(r.ok for r in results)
     assert results[1].record["params"]["alpha"] == 0.2
+    # executed notebooks are named by their run key: other -p values never overwrite
+    assert results[1].output.endswith("ch05_conformal_betting.smoke.s2.alpha=0.2.ipynb")
 
 
 @pytest.mark.smoke
 def test_a_hanging_cell_fails_instead_of_blocking(failing_book, tmp_path, monkeypatch):
-    from icmlbook import runner
+    from icmlbook import batch as runner
     from icmlbook.chapters import list_chapters as chapters_of
 
     src = failing_book / "book" / "ch05_conformal_betting.py"

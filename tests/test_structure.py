@@ -224,10 +224,10 @@ PENDING_AUDIT: dict[str, int] = {}
 # - streams (issue 45): random numbers drawn from named streams (run.rng, run.generator,
 #   run.reseed), no ad-hoc seed offsets or fixed seeds.
 _ALL = {c.number for c in CHAPTERS}
-VERDICTS_DONE: set[str] = set()
-CONFIRMATION_DONE: set[str] = set()
-SOLUTIONS_DONE = {"04"}
-STREAMS_DONE: set[str] = set()
+VERDICTS_DONE = {"05", "12", "13", "15", "16", "17"}
+CONFIRMATION_DONE = {"05", "12", "13", "15", "16", "17"}
+SOLUTIONS_DONE = {"04", "05", "12", "13", "15", "16", "17"}
+STREAMS_DONE = {"05", "12", "13", "15", "16", "17"}
 PENDING_VERDICTS: dict[str, int] = {n: 44 for n in _ALL - VERDICTS_DONE}
 PENDING_CONFIRMATION: dict[str, int] = {n: 40 for n in _ALL - CONFIRMATION_DONE}
 PENDING_SOLUTIONS: dict[str, int] = {n: 41 for n in _ALL - SOLUTIONS_DONE}

@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 from helpers import ROOT, default_sigint
 
-from icmlbook.sweep import COLUMNS, sweep
+from icmlbook.batch import COLUMNS, sweep
 
 BIN = Path(sys.executable).parent
 
@@ -26,7 +26,7 @@ def test_sweep_two_chapters_two_seeds_on_the_embedded_cluster(tmp_path):
     df = sweep(["05", "16"], seeds=[0, 1], tier="smoke", out=tmp_path, workers=2)
     assert list(df.columns) == COLUMNS
     assert set(zip(df["chapter"], df["seed"])) == {("05", 0), ("05", 1), ("16", 0), ("16", 1)}
-    assert (df["tier"] == "smoke").all() and df["kind"].isin(["paper", "check", "unsorted"]).all()
+    assert (df["tier"] == "smoke").all() and df["kind"].isin(["paper", "check", "finding"]).all()
     assert (df[df["chapter"] == "05"]["code_hash"] != "").all()
     # one record per run, written as it finished, and the tables on disk
     assert len(list((tmp_path / "records").glob("*.json"))) == 4
