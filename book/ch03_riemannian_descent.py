@@ -1416,9 +1416,9 @@ run.finding(
           "different rates and trade-offs (the paper does not say they need fewer "
           "gradients)",
     shows="tuned RGD needs no more gradient evaluations than any proximal variant "
-          "(inexact, exact, best fixed budget) at any radius, lambda and objective; the "
-          "best fixed budget is a single inner step, which at large lambda is RGD with a "
-          "slightly shorter step and at best ties it",
+          "(inexact, exact, best fixed budget) at any radius, lambda and objective; "
+          "the best fixed budget is a single inner step, which at large lambda is RGD "
+          "with a slightly shorter step and at best ties it",
 )
 run.headline(
     "iterates stay in a ball",
