@@ -1721,7 +1721,6 @@ icmlbook.explore(update, controls, run=run)
 # | the prox does not move points away from any optimizer | check on $\mathbb H^2$; finding on $\mathbb S^2$ |
 # | proximal methods work with positive curvature | check "theory's methods that miss the target" (on $\mathbb S^2$ too) |
 # | smoothness of the Moreau envelope | out of scope: not measured |
-# | min-max applications (arXiv abstract) | out of scope |
 # | the paper's experiments "beyond our theory" | out of scope: ours are different ("Beyond the theory's step") |
 
 # %% [markdown]
