@@ -257,3 +257,14 @@ def test_slow_inner_solver_fails_the_baseline_claim(monkeypatch):
     wrapped_prox(monkeypatch, slow=10.0)
     t = tables(objectives=("Karcher",), grid=(1.0,))
     assert not ch.fixed_budget_ratio(t) <= ch.C_VS_FIXED
+
+
+def test_rppa_over_tuned_rgd_takes_the_cheapest_variant_and_radius():
+    # the finding's statistic: the smallest ratio of any RPPA column to tuned RGD's steps
+    t = {"Karcher": {"tuned": np.array([2.0, 4.0]), "inner_1": np.array([4.0, 6.0]),
+                     "fixed_1": np.array([3.0, 8.0])},
+         "log-cosh": {"tuned": np.array([1.0, 1.0]), "inner_1": np.array([5.0, 2.0]),
+                      "fixed_1": np.array([9.0, 9.0])}}
+    assert ch.rppa_over_tuned_rgd(t, ["inner_1", "fixed_1"]) == pytest.approx(1.5)
+    assert ch.rppa_over_tuned_rgd(t, ["fixed_1"]) == pytest.approx(1.5)
+    assert ch.rppa_over_tuned_rgd(t, ["inner_1"]) == pytest.approx(1.5)
