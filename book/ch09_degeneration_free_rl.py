@@ -1207,7 +1207,7 @@ icmlbook.solution_check("pi- with an unbounded tolerance equals pi_theta: |rewar
 # two: the text stays grammatical under the guard at every rate, and the reward does
 # not rise with the rate, because the mask's inference-time effect, not the network,
 # carries most of the gain. No coefficient, then, but not no knob: the rate trades
-# drift for nothing here, and the smallest one does best.
+# drift for nothing on this seed: the smallest rate does best.
 # :::
 
 # %% tags=["solution", "hide-cell"]
