@@ -1204,10 +1204,10 @@ icmlbook.solution_check("pi- with an unbounded tolerance equals pi_theta: |rewar
 # sets is how far each step overshoots, so the drift grows with it, roughly in
 # proportion; compare it with the tuned baseline's drift in the claims (their ratio is
 # the third paper claim). The code trains the run and prints it next to the chapter's
-# two: the text stays grammatical under the guard at every rate, and the reward does
-# not rise with the rate, because the mask's inference-time effect, not the network,
-# carries most of the gain. No coefficient, then, but not no knob: the rate trades
-# drift for nothing on this seed: the smallest rate does best.
+# two. On this seed the text stays grammatical under the guard at every rate and the
+# reward does not rise with the rate, because the mask's inference-time effect, not
+# the network, carries most of the gain. No coefficient, then, but not no knob: here
+# the rate trades drift for nothing, and the smallest rate does best.
 # :::
 
 # %% tags=["solution", "hide-cell"]
@@ -1224,12 +1224,12 @@ for name, r in ex3.items():
           f"{r['grammatical']:.3f}  drift {r['kl']:.4f}")
 
 # %% tags=["solution", "hide-cell"]
-# degeneration-free at 4 lr: grammatical under the guard, at most five points below the
-# reference's own rate (the claims' a priori allowance; at the smoke tier the briefly
-# trained reference is not grammatical either)
-S_FAST_GRAMMATICAL = results["reference"]["grammatical"] - (1 - C_GRAMMATICAL)
-icmlbook.solution_check("DfPO at 4 lr stays grammatical (guarded filter)",
-                        ex3["4 lr"]["grammatical"], ">=", S_FAST_GRAMMATICAL)
+# what the derivation predicts: each step overshoots more at a larger rate, so the
+# network drifts further at 4 lr than at lr (a ratio above 1, no margin claimed)
+S_DRIFT_GROWS = 1.0
+icmlbook.solution_check("drift of DfPO's network, 4 lr / lr",
+                        ex3["4 lr"]["kl"] / max(ex3["1 lr"]["kl"], 1e-12), ">",
+                        S_DRIFT_GROWS)
 
 # %% [markdown]
 # ## References
