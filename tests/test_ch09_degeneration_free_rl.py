@@ -162,7 +162,7 @@ def test_reward_and_exact_acceptor():
 
 @pytest.mark.slow
 def test_datasets_are_grammatical_and_prompts_are_prefixes():
-    lm, train, held = ch.make_datasets(ch.GRAMMAR, ch.TOK, 16, seed=3)
+    lm, train, held = ch.make_datasets(ch.GRAMMAR, ch.TOK, 16, random.Random(3))
     assert lm.shape == (6000, 25) and (lm[:, 0] == ch.BOS).all()
     for row in lm[:50]:
         assert ch.GRAMMAR.accepts([ch.TOK.symbols[i] for i in row[1:].tolist()], prefix=True)
@@ -183,22 +183,25 @@ def test_sampling_from_a_masked_policy_stays_in_its_support():
 
 # -- each paper claim fails for a broken variant (default-tier sizes, seed 0) ---------
 DEFAULT = dict(iters=60, n_prompts=32, group=4, n_new=10, top_p=0.9)
-# the chapter's RL generator seeds at seed 0 (1000 * seed + index of the run in `specs`)
+# fixed generator seeds per run (the chapter draws each run from its own named stream)
 RL_SEED = {"PG beta=0.05": 1, "PG beta=0.2": 2, "DfPO": 4, "DfPO x2": 5, "no masks": 6,
            "no trunc": 7}
 
 
 @pytest.fixture(scope="module")
 def setup():
-    lm, train_p, held = ch.make_datasets(ch.GRAMMAR, ch.TOK, 256, seed=0)
-    ref, _ = ch.train_reference(lm, len(ch.TOK), 300, seed=0)
-    ev = dict(n_new=10, top_p=0.9, tok=ch.TOK, grammar=ch.GRAMMAR, seed=7, guard=True)
+    lm, train_p, held = ch.make_datasets(ch.GRAMMAR, ch.TOK, 256, random.Random(0))
+    torch.manual_seed(0)  # the reference's initial weights
+    ref, _ = ch.train_reference(lm, len(ch.TOK), 300, torch.Generator().manual_seed(0))
+    ev = dict(n_new=10, top_p=0.9, tok=ch.TOK, grammar=ch.GRAMMAR, stream_seed=7,
+              guard=True)
     base = ch.evaluate(ref, ref, held, "theta", **ev)
     return ref, train_p, held, ev, base
 
 
 def train(ref, prompts, run, **kw):
-    args = dict(DEFAULT, seed=RL_SEED[run], tok=ch.TOK, grammar=ch.GRAMMAR, lr=1e-3)
+    args = dict(DEFAULT, gen=torch.Generator().manual_seed(RL_SEED[run]), tok=ch.TOK,
+                grammar=ch.GRAMMAR, lr=1e-3)
     args.update(kw)
     return ch.rl_train(ref, prompts, **args)[0]
 
@@ -247,7 +250,7 @@ def test_correct_dfpo_passes_the_claims(setup, dfpo, ablations, tuned_pg):
     both = {"lr": res, "2 lr": ch.evaluate(fast, ref, held, "minus", **ev)}
     best = both[ch.tuned(list(both), both, base, **ch.NATURAL)]  # the claim's tuned run
     assert res["kl"] / ablations[0]["kl"] <= ch.C_MASK_DRIFT
-    assert res["grammatical"] - ablations[1]["grammatical"] >= ch.C_TRUNC_ABLATION
+    assert res["kl"] / ablations[1]["kl"] <= ch.C_TRUNC_DRIFT
     assert drift_ratio(setup, model, tuned_pg) <= ch.C_DRIFT
     assert res["grammatical"] >= ch.C_GRAMMATICAL
     assert best["reward"] - base["reward"] >= ch.C_GAIN
@@ -267,7 +270,7 @@ def test_truncation_claim_fails_with_the_truncation_on_the_wrong_side(setup, abl
     original = ch.truncate_advantage
     monkeypatch.setattr(ch, "truncate_advantage", lambda adv, sign: original(adv, -sign))
     _, res = dfpo_eval(setup)
-    assert res["grammatical"] - ablations[1]["grammatical"] < ch.C_TRUNC_ABLATION
+    assert res["kl"] / ablations[1]["kl"] > ch.C_TRUNC_DRIFT
 
 
 def test_drift_claim_fails_when_the_masks_compare_the_policy_with_itself(setup, tuned_pg,
