@@ -545,7 +545,8 @@ class MoE(nn.Module):
         z = self.inp(x)
         if self.act:
             return self.out(F.relu(z) * g.repeat_interleave(self.h, -1)) + g @ self.bias
-        return (z.unflatten(-1, (self.m, self.h)) * g[..., None]).sum(-2) + g @ self.bias
+        return ((z.unflatten(-1, (self.m, self.h)) * g[..., None]).sum(-2)
+                + g @ self.bias)  # linear experts: sum_j G_j (W_j x + e_j)
 
 
 # %% [markdown]
@@ -678,7 +679,8 @@ def active_macs(model):
     total = 0
     for mod in [layer.ff for layer in model.layers] + [model.combine]:
         if isinstance(mod, MoE):
-            weights = mod.inp.weight.numel() + (mod.out.weight.numel() if mod.act else 0)
+            weights = (mod.inp.weight.numel()
+                       + (mod.out.weight.numel() if mod.act else 0))
             total += mod.k * weights // mod.m
         else:
             total += sum(p.numel() for n, p in mod.named_parameters()
@@ -1029,8 +1031,9 @@ mean_cost = {key: float(c.mean()) for key, c in results.items()}
 vs_nearest = max(mean_cost[m, v] / mean_cost["nearest neighbour", v]
                  for m in learned for v in UNSEEN)
 single_own = gaps[single, SINGLE_TASK] - gaps["MVMoE", SINGLE_TASK]
+# the two multi-task solvers' mean cost over the specialist's
 vs_specialist = {v: np.mean([mean_cost[m, v] for m in learned]) / mean_cost[single, v]
-                 for v in UNSEEN}  # the two multi-task solvers' mean over the specialist's
+                 for v in UNSEEN}
 active_ratio = active_macs(models["MVMoE"]) / active_macs(models["POMO-MTL (dense)"])
 run.claim("zero-shot: worst unseen cost ratio to nearest neighbour", vs_nearest, "<=",
           C_VS_NEAREST, "On every unseen variant both multi-task solvers beat the "
@@ -1368,11 +1371,13 @@ icmlbook.explore(update, controls, run=run)
 S_ORDER_BROKEN = 0  # a theorem: the orders hold on every instance (to float rounding)
 limited = [("CVRP", "VRPL"), ("OVRP", "OVRPL"), ("VRPB", "VRPBL"), ("OVRPB", "OVRPBL")]
 opened = [("OVRP", "CVRP"), ("OVRPB", "VRPB"), ("OVRPL", "VRPL"), ("OVRPBL", "VRPBL")]
-broken = sum(int(np.sum(optimum[lo] > optimum[hi] + 1e-9)) for lo, hi in limited + opened)
+broken = sum(int(np.sum(optimum[lo] > optimum[hi] + 1e-9))
+             for lo, hi in limited + opened)
 cheaper_b = float(np.mean(optimum["VRPB"] < optimum["CVRP"] - 1e-9))
 dearer_b = float(np.mean(optimum["VRPB"] > optimum["CVRP"] + 1e-9))
-print(f"{len(limited + opened)} ordered pairs x {cfg.n_test} instances: {broken} broken; "
-      f"VRPB cheaper than CVRP on {cheaper_b:.0%}, dearer on {dearer_b:.0%}")
+print(f"{len(limited + opened)} ordered pairs x {cfg.n_test} instances: "
+      f"{broken} broken; VRPB cheaper than CVRP on {cheaper_b:.0%}, "
+      f"dearer on {dearer_b:.0%}")
 icmlbook.solution_check("instances breaking an order", broken, "<=", S_ORDER_BROKEN)
 
 # %% [markdown] tags=["exercise"]
@@ -1404,7 +1409,7 @@ icmlbook.solution_check("instances breaking an order", broken, "<=", S_ORDER_BRO
 
 # %% tags=["solution", "hide-cell"]
 S_TIED = top_k  # experts used at evaluation: the tie picks the same k for every node
-S_SPREAD = 0.01  # |share - 1/m| in training: over 5 binomial standard errors at 20,000 nodes
+S_SPREAD = 0.01  # |share - 1/m| in training: > 5 binomial std errors at 20,000 nodes
 fresh = MoE(cfg.d, 8, experts, top_k)
 x = torch.randn(20_000, cfg.d, generator=run.generator("exercise 2"))
 with torch.no_grad():
@@ -1454,7 +1459,8 @@ with torch.no_grad():
         worse = max(worse, float((aug - plain).max()))
         gap_plain.append(100 * np.mean(plain / optimum[v][:n_aug] - 1))
         gap_aug.append(100 * np.mean(aug / optimum[v][:n_aug] - 1))
-print(f"MVMoE, mean unseen gap: x1 {np.mean(gap_plain):.2f}%, x8 {np.mean(gap_aug):.2f}%")
+print(f"MVMoE, mean unseen gap: x1 {np.mean(gap_plain):.2f}%, "
+      f"x8 {np.mean(gap_aug):.2f}%")
 icmlbook.solution_check("largest (x8 - x1) cost on any instance", worse, "<=",
                         S_NEVER_WORSE)
 
