@@ -1070,7 +1070,7 @@ run.check("trained gates: smallest |W_g|", gate_norm, ">=", C_GATE_NORM,
 run.check("longest out-and-back trip", solo_trip, "<=", C_SOLO_TRIP,
           "generator premise: every customer fits a route of its own")
 run.check("share of instances where the limit binds", limit_binds, ">=",
-          C_LIMIT_BINDS, "generator premise: the L attribute changes the problem")
+          C_LIMIT_BINDS, "generator premise: the L attribute changes the problem");
 
 # %% [markdown]
 # The findings. The first three ask what the specialist does on the other unseen
