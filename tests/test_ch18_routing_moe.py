@@ -156,7 +156,7 @@ def test_zero_gates_tie_onto_the_same_experts_without_noise():
 
 def test_hierarchical_gate_keeps_its_branch_for_a_rollout():
     torch.manual_seed(2)
-    h = ch.HierarchicalMoE(16, 4, 4, 2).eval()
+    h = ch.HierarchicalMoE(16, 16, 4, 2).eval()  # linear experts are d x d
     with torch.no_grad():
         h.w1.normal_()
     x = torch.randn(3, 5, 16)
