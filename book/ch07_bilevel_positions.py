@@ -956,8 +956,8 @@ run.headline(
 )
 run.headline(
     "no in-distribution cost",
-    "BiPE does not hurt performance on normal-length text (paraphrased)",
-    source="Sec. 4 (in-distribution evaluation)",
+    "BiPE stays competitive in distribution (paraphrased from the experiments)",
+    source="Sec. 4 (evaluation at the training length)",
     claims=["in-dist cost BiPE-RoPE - RoPE", "in-dist BiPE-ALiBi - ALiBi"],
 )
 run.headline(
