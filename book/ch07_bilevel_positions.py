@@ -1254,8 +1254,8 @@ icmlbook.explore(update, controls, run=run)
 # keys dozens of sentences back (Eq. 1 counts full stops). Every key more than the
 # training maximum away meets a rotation angle $p\theta_k$ that training never
 # produced. The cell counts both on the chapter's test windows. The share of unseen
-# distances is large, and it shrinks only a little for `train_len = 96` (the largest
-# training distance grows by about two sentences, the test distances stay the same):
+# distances is large, and it shrinks only somewhat for `train_len = 96` (the largest
+# training distance grows by a few sentences, the test distances stay the same):
 # what matters is the largest distance seen, not the ratio of lengths. The previous
 # sentence is at distance 1, which was seen; but with most keys at unseen distances, whose scores RoPE has never been trained to keep low, the
 # attention spreads over them (the attention split above shows it), and the letter
