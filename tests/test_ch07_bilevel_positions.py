@@ -1,4 +1,6 @@
 """Chapter 07: bilevel ids and BiPE's invariances, and claims that fail when BiPE is broken."""
+import random
+
 import numpy as np
 import pytest
 import torch
@@ -27,7 +29,7 @@ def test_a_long_segment_has_its_intra_id_clamped():
 
 
 def test_ids_on_text_reset_after_every_full_stop():
-    text = ch.chain_text(ch.CHAIN, 300, seed=0)[None]
+    text = ch.chain_text(ch.CHAIN, 300, random.Random(0))[None]
     intra, seg = ch.bilevel_ids(ch.segment_ends(text), L)
     stops = (text[0] == ch.SEP_ID).nonzero().flatten().tolist()
     for s in stops[:-1]:
@@ -55,7 +57,7 @@ def test_segmentation_rules():
 
 # -- the toy language ---------------------------------------------------------
 def test_chain_text_is_grammatical_and_chained():
-    text = ch.TOK.decode(ch.chain_text(ch.CHAIN, 2000, seed=3).tolist())
+    text = ch.TOK.decode(ch.chain_text(ch.CHAIN, 2000, random.Random(3)).tolist())
     words = split_words(text)[:-1]  # the text is cut after 2000 characters, maybe mid-word
     assert ch.CHAIN.accepts(words, prefix=True)
     assert not ch.CHAIN.accepts(words[:1] + ["xx"] + words[2:], prefix=True)
@@ -73,7 +75,7 @@ def test_logits_invariant_to_shifting_segment_ids(pe, shift):
     with torch.no_grad():  # random weights of the size the chapter trains (std 0.02 is too tame)
         for p in model.parameters():
             p.normal_(0, 0.3)
-    idx = ch.chain_text(ch.CHAIN, 3 * L, seed=1)[None]
+    idx = ch.chain_text(ch.CHAIN, 3 * L, random.Random(1))[None]
     pos = ch.positions_for(pe, L)(idx)
     with torch.no_grad():
         a = model(idx, **pos)
@@ -100,7 +102,7 @@ def test_bipe_differs_from_flat_when_segments_are_real():
     # the same weights read with BiPE ids and with flat ids give different predictions
     torch.manual_seed(2)
     model = ch.make_model("BiPE-RoPE", L).eval()
-    idx = ch.chain_text(ch.CHAIN, 2 * L, seed=2)[None]
+    idx = ch.chain_text(ch.CHAIN, 2 * L, random.Random(2))[None]
     with torch.no_grad():
         a = model(idx, **ch.positions_for("BiPE-RoPE", L)(idx))
         b = model(idx)
@@ -112,7 +114,7 @@ def test_bipe_differs_from_flat_when_segments_are_real():
 def test_per_position_loss_is_causal(pe):
     torch.manual_seed(3)
     model = ch.make_model(pe, L)
-    windows = ch.sample_windows(ch.chain_text(ch.CHAIN, 5000, seed=4), 4, 2 * L + 1,
+    windows = ch.sample_windows(ch.chain_text(ch.CHAIN, 5000, random.Random(4)), 4, 2 * L + 1,
                                 torch.Generator().manual_seed(0))
     pos = ch.positions_for(pe, L)
     long = ch.per_position_nll(model, windows, pos)
@@ -177,10 +179,10 @@ def split_report(nll, inputs):
 def trained():
     """Reports (Eq. 5 and the split) of the chapter's default-tier variants and of broken
     ones, seed 0."""
-    train_text = ch.chain_text(ch.CHAIN, 300_000, seed=1000)
-    test_text = ch.chain_text(ch.CHAIN, 100_000, seed=2000)
+    train_text = ch.chain_text(ch.CHAIN, 300_000, random.Random(1000))
+    test_text = ch.chain_text(ch.CHAIN, 100_000, random.Random(2000))
     windows = ch.sample_windows(test_text, 32, 8 * L + 1, torch.Generator().manual_seed(7))
-    kw = dict(train_len=L, steps=300, batch=16, seed=0, chunk_len=18, alibi_scale=12.0)
+    kw = dict(train_len=L, steps=300, batch=16, init=0, chunk_len=18, alibi_scale=12.0)
     specs = {  # name: (variant, segmentation, positions override, model override)
         "RoPE": ("RoPE", "sentences", None, None),
         "ALiBi": ("ALiBi", "sentences", None, None),
@@ -200,7 +202,9 @@ def trained():
     }
     out = {}
     for name, (pe, rule, positions, model) in specs.items():
-        m, _ = ch.train_model(pe, train_text, rule=rule, positions=positions, model=model, **kw)
+        m, _ = ch.train_model(pe, train_text, rule=rule, positions=positions, model=model,
+                              data=torch.Generator().manual_seed(0),
+                              boundaries=torch.Generator().manual_seed(1), **kw)
         eval_pos = positions or ch.positions_for(pe, L, rule, chunk_len=18,
                                                  generator=torch.Generator().manual_seed(11))
         nll = ch.token_nll(m, windows, eval_pos)
@@ -278,8 +282,16 @@ def test_alibi_claims_fail_with_the_sign_of_eq4_flipped(trained):
     assert subject(broken, intra, "far 8x") > ch.C_INTER_ALIBI
 
 
+def sinusoidal_fit(trained):
+    """The chapter's fairness check: the sinusoidal model's in-distribution shortfall
+    behind the worst other encoding, over its far(8x) excess over BiPE-RoPE."""
+    worst = max(trained[pe]["in-dist"] for pe in ch.VARIANTS if pe != "sinusoidal")
+    sin = trained["sinusoidal"]
+    return (sin["in-dist"] - worst) / (sin["far 8x"] - trained["BiPE-RoPE"]["far 8x"])
+
+
 def test_the_sinusoidal_baseline_is_fair(trained):
-    assert trained["sinusoidal"]["in-dist"] - trained["RoPE"]["in-dist"] <= ch.C_FAIR_SIN
+    assert sinusoidal_fit(trained) <= ch.C_FAIR_SIN
 
 
 def test_alibi_indist_claim_fails_with_scrambled_segment_indices(trained):
