@@ -97,7 +97,7 @@ def test_metrics_on_real_and_wrong_samples():
 
 
 # ---- the claims fail for broken variants -----------------------------------------------
-# One reduced paired experiment (2 replicas instead of 5, the default tier's step counts)
+# One reduced paired experiment (2 replicas instead of 8, the default tier's step counts)
 # with the good arms and the broken ones side by side, trained once for all the tests below.
 
 @pytest.fixture(scope="module")
@@ -140,12 +140,12 @@ def test_sign_flipped_regularizer_fails_the_off_manifold_claims(arms):
     assert arms["sign flipped"]["off"] / arms["GAN"]["off"] > ch.C_OFF_LEARNED
 
 
-def test_sign_flipped_regularizer_fails_the_matched_compute_claim(arms):
+def test_sign_flipped_regularizer_fails_the_matched_compute_finding(arms):
     ratio = arms["sign flipped"]["off"] / arms["GAN, longer"]["off"]
     assert ratio > ch.C_VS_MATCHED
 
 
-def test_good_arm_passes_the_matched_compute_claim(arms):
+def test_good_arm_goes_the_papers_way_in_the_matched_compute_finding(arms):
     assert arms["good"]["off"] / arms["GAN, longer"]["off"] <= ch.C_VS_MATCHED
 
 
