@@ -1399,7 +1399,7 @@ icmlbook.solution_check("gradient variance, full / SDS shortcut", var_ratio, ">"
 # To check the well, move points at the outer turns of the spiral by $\pm d$ along the
 # curve's normal and estimate $\mathbb E_\varepsilon\|\varepsilon^\star - \varepsilon\|^2$
 # at $-d$, $0$ and $+d$ with the same draws of $\varepsilon$ (common random numbers);
-# the second difference divided by $d^2$ is the stiffness (the symmetric difference
+# the second difference divided by $2d^2$ is the stiffness (the symmetric difference
 # cancels the curve's curvature to first order). The cell does it at one step from
 # each end of the low band and from the chapter's band, and prints the formula at the
 # high band.
@@ -1419,7 +1419,9 @@ def well_stiffness(t, d=0.05, n_eps=64):
                            sg.view(1, 1), means, DATA_STD) - eps) ** 2).sum(-1).mean()
             for h in (-d, 0.0, d)]
     v = a**2 * DATA_STD**2 + sg**2
-    return float((loss[0] - 2 * loss[1] + loss[2]) / d**2), float(a**2 * sg**2 / v**2)
+    # L(h) = stiffness * h^2 + const: the second difference is 2 * stiffness * d^2
+    return (float((loss[0] - 2 * loss[1] + loss[2]) / (2 * d**2)),
+            float(a**2 * sg**2 / v**2))
 
 
 well_gen = run.generator("exercise 2")
