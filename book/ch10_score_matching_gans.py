@@ -121,7 +121,7 @@ cfg = run.pick(
         n_eval=4000,
         widget_warmup=600,
         widget_steps=60,
-        ring_steps=1000,
+        ring_steps=600,
         long_steps=0,
         time_steps=30,
     ),
@@ -524,10 +524,9 @@ def coverage(x, means, n_segments=N_SEGMENTS, min_share=0.01):
 def mmd(x, y, bandwidth=0.1):
     """Squared MMD between samples x (..., n, 2) and y (m, 2), RBF kernel (biased
     V-statistic)."""
-    def k(a, b):
-        return torch.exp(-(torch.cdist(a, b) ** 2) / (2 * bandwidth**2)).mean(
-            dim=(-2, -1)
-        )
+    def k(a, b):  # in place: the (n, m) matrices are the evaluation's main cost
+        d = torch.cdist(a, b)
+        return d.square_().mul_(-1 / (2 * bandwidth**2)).exp_().mean(dim=(-2, -1))
     return k(x, x) + k(y, y) - 2 * k(x, y.expand(*x.shape[:-2], *y.shape))
 
 
