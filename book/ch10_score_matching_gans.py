@@ -898,7 +898,9 @@ plt.show()
 # $\lambda = 0.3$ every step: the paper's schedule (an effective 0.0125 per step) barely
 # moves the off-manifold mass within `reg_steps` steps, and $\lambda = 1$ pulls a little
 # more mass onto the curve but on some seeds costs coverage; 0.3 is the balance between
-# them.
+# them. The sweep's arms are read by these two measures only: the MMD, the costliest
+# metric, is computed for the three main arms and the baseline (a dash in the table
+# above).
 
 # %% tags=["hide-input"]
 sweep_lam = [lam / f for lam, f in LAM_SWEEP] + [lam_score / lazy_freq]
@@ -1453,8 +1455,8 @@ icmlbook.solution_check("gradient variance, full / SDS shortcut", var_ratio, ">"
 # $\sigma_t \lesssim s$) the well is stiff but the target $p_t$ is the data itself: the
 # predictor's Jacobian $\sigma_t/v_t$ is large, so the gradient is noisy (exercise 1),
 # and with a learned score the smallest noise levels are where it is least accurate.
-# At the high end ($[200, 300]$, $\sigma_t \approx 0.6$-$0.8$) the stiffness is hundreds
-# of times smaller and the blur $\sqrt{v_t}$ is comparable with the gap between the
+# At the high end ($[200, 300]$, $\sigma_t \approx 0.6$-$0.8$) the stiffness is tens of
+# times smaller than in the chapter's band and the blur $\sqrt{v_t}$ is comparable with the gap between the
 # spiral's turns: $p_t$ no longer resolves the curve, and the pull goes to the middle of
 # the data, not onto the curve. The chapter's band sits in between.
 #
