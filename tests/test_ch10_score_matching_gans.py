@@ -30,6 +30,16 @@ def test_exact_eps_is_minus_sigma_times_the_score():
     assert autograd_error(ch.gmm_eps_star) <= ch.C_SCORE_ERR
 
 
+def test_expanded_eps_star_is_eq_3():
+    # the form used in training: Eq. 3 with the square expanded into matrix products
+    assert autograd_error(ch.gmm_eps_star_fast) <= ch.C_SCORE_ERR
+    g = torch.Generator().manual_seed(5)
+    t, a, s = band(2000, g)
+    x = 4.4 * torch.rand(2000, 2, generator=g) - 2.2
+    err = (ch.gmm_eps_star_fast(x, a, s, MEANS, S) - ch.gmm_eps_star(x, a, s, MEANS, S))
+    assert float(err.abs().max()) <= ch.C_FAST_ERR
+
+
 def test_broken_eps_fails_the_score_claim():
     # forgetting to scale the centres by a_t (noising the data without shrinking it)
     def no_shrink(x, a, sigma, means, s):
