@@ -652,7 +652,8 @@ def compare_arms(
 
 # %%
 diff_gen = run.generator("diffusion model training")
-run.reseed("diffusion model init")  # EpsMLP draws its weights from torch's global generator
+# EpsMLP draws its initial weights from torch's global generator
+run.reseed("diffusion model init")
 eps_model = EpsMLP(dim=2, hidden=(128, 128))
 diff_losses = train_eps_model(
     eps_model,
@@ -763,7 +764,8 @@ final, curves, G, D = compare_arms(
     arm_gen,
     progress=lambda it, desc: icmlbook.progress(it, desc=desc, lines=1),
     draws=arm_draws,
-    mmd_arms=len(ARMS),  # the weight sweep is read by its off-manifold mass and coverage
+    # the weight sweep is read by its off-manifold mass and coverage only
+    mmd_arms=len(ARMS),
 )
 # the baseline: the same warmed-up GANs, plain, for COMPUTE_FACTOR x reg_steps, so that
 # its checkpoints sit at COMPUTE_FACTOR x the regularized arms' ones
@@ -1082,8 +1084,9 @@ run.finding(f"off-manifold ratio, {MATCHED}", paired("off", 2, base=final_long),
                   "part of the gap; how much of the lead remains varies with the seed")
 run.finding(f"MMD ratio, {MATCHED}", paired("mmd", 2, base=final_long), "<=", 1.0,
             paper=BETTER + ": samples closer to the data at matched compute",
-            shows="at matched compute SMaRt's samples are about as close to the data as "
-                  "the plain GAN's, a little closer on some seeds, farther on others")
+            shows="at matched compute SMaRt's samples are about as close to the data "
+                  "as the plain GAN's, a little closer on some seeds, farther on "
+                  "others")
 mmd_of_means = float(final["mmd"][2].mean() / final["mmd"][0].mean())
 run.finding("MMD ratio of the arm means, learned score / GAN", mmd_of_means, "<=",
             C_MMD_LEARNED, paper=BETTER + ": samples closer to the data",
@@ -1097,8 +1100,8 @@ run.finding("coverage, exact score - GAN (median pair)", paired("cov", 1, diff=T
                   "segments of the spiral")
 run.finding("MMD ratio, exact score / GAN (median pair)", paired("mmd", 1), "<=", 1.0,
             paper=EXACT + " (toy example)",
-            shows="recorded without a claim: at this weight the exact score is sharp and "
-                  "mode-seeking, and it thins some segments (the coverage finding)")
+            shows="recorded without a claim: at this weight the exact score is sharp "
+                  "and mode-seeking, and it thins some segments (the coverage finding)")
 run.headline(
     "ground-truth score (toy example)",
     "we first design a toy example to show that training GANs by the aid of a "
@@ -1113,7 +1116,8 @@ run.headline(
     "better synthesis",
     "our approach can consistently boost the synthesis performance of various "
     "state-of-the-art GANs on real-world datasets with pre-trained diffusion models "
-    "acting as the approximate score function (Aurora, ImageNet 64x64: FID 8.87 to 7.11)",
+    "acting as the approximate score function (Aurora, ImageNet 64x64: FID 8.87 to "
+    "7.11)",
     source="Abstract; the results tables on CIFAR10, ImageNet 64x64 and LSUN Bedroom",
     claims=["off-manifold ratio, learned score / GAN (median pair)",
             "MMD ratio, learned score / GAN (median pair)",
@@ -1497,8 +1501,9 @@ for t in (5, 40):
           f"{est:7.1f}, formula {formula:7.1f}")
 a_hi, s_hi = SCHED.alpha[250], SCHED.sigma[250]
 v_hi = a_hi**2 * DATA_STD**2 + s_hi**2
-print(f"step 250 (sigma {float(s_hi):.3f}): formula {float(a_hi**2 * s_hi**2 / v_hi**2):.2f},"
-      f" blur sqrt(v) {float(v_hi.sqrt()):.2f}")
+stiff_hi = float(a_hi**2 * s_hi**2 / v_hi**2)
+print(f"step 250 (sigma {float(s_hi):.3f}): formula {stiff_hi:.2f}, blur sqrt(v) "
+      f"{float(v_hi.sqrt()):.2f}")
 # Monte Carlo error of 64 x 100 paired draws and the curve's curvature: a few per cent
 S_WELL_ERR = 0.15
 icmlbook.solution_check("stiffness from Eq. 3 / formula - 1, worst", well_err, "<=",
