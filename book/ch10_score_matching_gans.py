@@ -54,8 +54,8 @@
 # manifold, and the learned one brings the samples closer to the data without losing
 # coverage: these are the chapter's claims. Three parts of the paper's story do not
 # carry over and are recorded as findings: against the plain GAN given the extra
-# compute, SMaRt's lead shrinks and its samples are no closer to the data on every
-# seed; the exact score at our weight is mode-seeking and thins some segments of the
+# compute, SMaRt's off-manifold lead shrinks (and is gone on a seed) and its samples are
+# farther from the data in MMD than the plain GAN's on most seeds; the exact score at our weight is mode-seeking and thins some segments of the
 # curve; and the paper's *persistent* push, off-manifold mass that the adversarial loss
 # never removes, is not testable with our far-from-optimal discriminator. The verdict
 # is therefore **partly** (see "Paper vs. this book").
@@ -1167,9 +1167,12 @@ run.verdict()
 # margin; the paper's verdict over the seeds follows the same rule as a single run's.
 #
 # The findings are swept like the claims: the table shows on how many seeds each went
-# the paper's way. Read together: the score term's lead at equal steps is steady, its
-# lead at matched compute is smaller and its MMD there goes either way, and the exact
-# score's coverage is where its mode-seeking shows.
+# the paper's way. Read together: the score term's lead at equal steps is steady; at
+# matched compute its off-manifold lead is smaller and its MMD is worse than the plain
+# GAN's on most seeds; and the exact score's coverage is where its mode-seeking shows.
+# The MMD ratio of the arm means, whose failure on a seed outside 0-9 made the claim a
+# median over the pairs, is kept as a finding beside it, so that both statistics are on
+# the table.
 
 # %%
 across = icmlbook.across_seeds(run)
@@ -1363,7 +1366,7 @@ icmlbook.explore(update, controls, run=run)
 # | GANs | StyleGAN2, BigGAN, Aurora on CIFAR10, ImageNet, LSUN | a 3-layer MLP GAN with a 2-D latent |
 # | measure | FID (ImageNet 64, Aurora: 8.87 → 7.11) | off-manifold fraction, segment coverage, MMD on a thin spiral; the median over paired replicas |
 # | baseline | the same GAN without the term | the same (claims), and a plain GAN with 1.5x the steps, matched in floating-point operations (findings) |
-# | result | better FID for StyleGAN2, BigGAN, Aurora | at equal steps, less off-manifold mass, a closer MMD and no lost coverage (claims); at matched compute a smaller lead and an MMD that goes either way, and the exact score's thinned segments (findings) |
+# | result | better FID for StyleGAN2, BigGAN, Aurora | at equal steps, less off-manifold mass, a closer MMD and no lost coverage (claims); at matched compute a smaller off-manifold lead and an MMD worse than the plain GAN's on most seeds, and the exact score's thinned segments (findings) |
 #
 # ### Paper coverage
 #
@@ -1382,9 +1385,9 @@ icmlbook.explore(update, controls, run=run)
 # closer to the data in MMD and without losing coverage: the four claims, on every seed
 # of the table. (ii) At matched compute the lead shrinks. The plain GAN keeps improving:
 # given 1.5 times the steps, what a one-draw regularized step costs, it closes part of
-# the gap, and SMaRt's MMD there is about the plain GAN's, a little better on some seeds
-# and worse on others (the matched-compute findings, printed above the verdict). The
-# paper's better sample quality shows per step but not, reliably, per unit of compute.
+# the gap, and SMaRt's MMD there is worse than the plain GAN's on most seeds (the
+# matched-compute findings, printed above the verdict and counted in the table across
+# seeds). The paper's better sample quality shows per step but not per unit of compute.
 # The single draw is what makes any lead possible: four draws per sample cost well over
 # 2 plain steps (counted above). (iii) The paper's argument is about a *lasting*
 # effect, off-manifold mass that the adversarial loss never removes because the optimal
