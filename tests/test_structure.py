@@ -224,10 +224,10 @@ PENDING_AUDIT: dict[str, int] = {}
 # - streams (issue 45): random numbers drawn from named streams (run.rng, run.generator,
 #   run.reseed), no ad-hoc seed offsets or fixed seeds.
 _ALL = {c.number for c in CHAPTERS}
-VERDICTS_DONE = {"01", "02", "03", "04", "05", "06", "07", "08", "09", "11", "12", "13", "14", "15", "16", "17", "18", "19"}
-CONFIRMATION_DONE = {"01", "02", "03", "04", "05", "06", "07", "08", "09", "11", "12", "13", "14", "15", "16", "17", "18", "19"}
-SOLUTIONS_DONE = {"01", "02", "03", "04", "05", "06", "07", "08", "09", "11", "12", "13", "14", "15", "16", "17", "18", "19"}
-STREAMS_DONE = {"01", "02", "03", "04", "05", "06", "07", "08", "09", "11", "12", "13", "14", "15", "16", "17", "18", "19"}
+VERDICTS_DONE = {"01", "02", "03", "04", "05", "06", "07", "08", "09", "10", "11", "12", "13", "14", "15", "16", "17", "18", "19"}
+CONFIRMATION_DONE = {"01", "02", "03", "04", "05", "06", "07", "08", "09", "10", "11", "12", "13", "14", "15", "16", "17", "18", "19"}
+SOLUTIONS_DONE = {"01", "02", "03", "04", "05", "06", "07", "08", "09", "10", "11", "12", "13", "14", "15", "16", "17", "18", "19"}
+STREAMS_DONE = {"01", "02", "03", "04", "05", "06", "07", "08", "09", "10", "11", "12", "13", "14", "15", "16", "17", "18", "19"}
 PENDING_VERDICTS: dict[str, int] = {n: 44 for n in _ALL - VERDICTS_DONE}
 PENDING_CONFIRMATION: dict[str, int] = {n: 40 for n in _ALL - CONFIRMATION_DONE}
 PENDING_SOLUTIONS: dict[str, int] = {n: 41 for n in _ALL - SOLUTIONS_DONE}
