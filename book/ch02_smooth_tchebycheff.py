@@ -818,11 +818,7 @@ plt.show()
 # - **MGDA** (Désidéri 2012; Sener and Koltun 2018): one backward pass *per task* to get
 #   each task's gradient $G_i$ on the shared weights, then the minimum-norm point of their
 #   convex hull, $\alpha = \arg\min_{\alpha \in \Delta_m} \|\sum_i \alpha_i G_i\|^2$, by
-#   Frank–Wolfe (Eq. 8), and the step follows $\sum_i \alpha_i G_i$.
-#
-# $$\alpha \leftarrow (1-\gamma)\,\alpha + \gamma\, e_{j}, \quad j = \arg\min_i (M\alpha)_i,
-#   \quad \gamma = \arg\min_{[0,1]} \big\|G^\top\big((1-\gamma)\alpha + \gamma e_j\big)\big\|^2,
-#   \quad M = G G^\top. \tag{8}$$
+#   Frank–Wolfe (Eq. 8, below), and the step follows $\sum_i \alpha_i G_i$.
 #
 # This is a setting the paper's multi-task experiments (NYUv2, Office, QM9) share at a
 # much larger scale. Note that the authors' multi-task code is not the bare Eq. 3: it
@@ -882,7 +878,17 @@ def task_losses(net, X, Y):
     """Mean squared error of each task in each network, shape (k, tasks)."""
     return ((net(X) - Y) ** 2).mean(dim=1)
 
+# %% [markdown]
+# **MGDA's direction.** Each task's gradient $G_i$ on the shared trunk comes from its own
+# backward pass; the step follows the minimum-norm point of their convex hull, found by
+# Frank–Wolfe: move towards the vertex whose gradient agrees least with the current
+# combination, with an exact line search.
+#
+# $$\alpha \leftarrow (1-\gamma)\,\alpha + \gamma\, e_{j}, \quad j = \arg\min_i (M\alpha)_i,
+#   \quad \gamma = \arg\min_{[0,1]} \big\|G^\top\big((1-\gamma)\alpha + \gamma e_j\big)\big\|^2,
+#   \quad M = G G^\top. \tag{8}$$
 
+# %%
 def min_norm_weights(G, iters=50):
     """Eq. 8: Frank-Wolfe for argmin over the simplex of |sum_i alpha_i G_i|^2, with G
     of
@@ -923,7 +929,13 @@ def mgda_grads(net, losses):
             grads.append(sum(gr[j] for gr in per_task))
     return grads
 
+# %% [markdown]
+# **One training loop for all four methods.** Every network of a batch (learning rates ×
+# restarts) is trained side by side with Adam on the normalised losses; LS, TCH and STCH
+# differentiate one scalar (one backward pass), MGDA combines the tasks' gradients by
+# Eq. 8 (one backward pass per task).
 
+# %%
 def train_mtl(method, X, Y, steps, gen, lrs=(3e-3,), restarts=1, mu_=MTL_MU,
               scalarizer=scalarize):
     """Train len(lrs) x restarts networks with LS / TCH / STCH / MGDA on normalised
@@ -957,7 +969,6 @@ def train_mtl(method, X, Y, steps, gen, lrs=(3e-3,), restarts=1, mu_=MTL_MU,
     with torch.no_grad():
         hist[-1] = task_losses(net, X, Y) / l0  # the losses after the last step
     return torch.stack(hist).numpy(), np.array(seconds), passes
-
 
 # %% [markdown]
 # Every method gets the same data, network, steps and two Adam learning rates, and
@@ -1227,6 +1238,8 @@ run.claim(
 )
 
 excess = max(sweep[m_]["max_gap"] - m_ * math.log(2) for m_ in BOUND_MUS)
+
+# %%
 run.check(
     "LS distinct solutions (of 11)",
     ls_r["distinct"],
@@ -1256,8 +1269,9 @@ run.check(
     "<=",
     C_ONE_PASS,
     "STCH needs one backward pass whatever the number of tasks",
-)
+);
 
+# %%
 run.finding(
     "tuned subgradient gap / best STCH gap",
     sub_best / best_stch,

@@ -1102,7 +1102,9 @@ run.claim(
             "held-out split",
     strength="superiority",
     provenance="changed after failure",
-)
+);
+
+# %%
 run.finding(
     "elimination / C-MA-MAB, 1-regret at the longest horizon",
     vs_ratio[-1],
@@ -1143,8 +1145,9 @@ run.headline(
     claims=["elimination / C-MA-MAB, 1-regret at t_vs"],
     findings=["elimination / C-MA-MAB, 1-regret at the longest horizon",
               "elimination / C-MA-MAB with the bound's constants, at t_vs"],
-)
+);
 
+# %%
 noiseless = cmamab(G, k, 10**12, 2, batch, run.rng("noise-free limit"), plays=10**9)
 big_T = H >= 1e5
 n_greedy_queries = n_queries(cfg.n, k)

@@ -781,7 +781,10 @@ print(
 # paper's two headlines are graded from the claims and findings by the rule the
 # reproduction report states. "Stays grammatical" is a non-inferiority claim (at least
 # 0.95, where the reference writes grammatical text); its strict version asks for every
-# text to be grammatical.
+# text to be grammatical. Its value does not vary with the seed: DfPO's text is
+# grammatical every time, at both learning rates, on every seed run so far, so its
+# margin to the bar is the tolerance itself and no averaging inside the run would
+# move it. It says what the method does, not how robust a measured gap is.
 
 # %%
 def tuned(names, results, ref_r, min_grammatical, max_ppl_ratio):
@@ -848,12 +851,16 @@ run.claim("grammatical rate of DfPO, worse lr",
           min(results[n]["grammatical"] for n in dfpo_runs), ">=", C_GRAMMATICAL,
           "DfPO's text stays grammatical at both learning rates", versus="baseline",
           against="the reference model, same prompts and inference filter",
-          strength="non-inferiority", provenance="a priori", strict=PERFECT)
+          strength="non-inferiority", provenance="a priori", strict=PERFECT);
+
+# %%
 run.check("PG beta=0 grammatical rate", results["PG beta=0"]["grammatical"], "<=",
           C_DEGENERATE, "premise: without a KL penalty, RL fine-tuning hacks the "
           "reward")
 run.check("PG gain: beta=1 / tuned", gain["PG beta=1"] / max(gain[best_pg], 1e-9), "<=",
-          C_BETA_MATTERS, "premise: too large a penalty and the reward barely moves")
+          C_BETA_MATTERS, "premise: too large a penalty and the reward barely moves");
+
+# %%
 plain = by_sampler["plain"]
 reported = {
     "grammatical rate: DfPO minus DfPO without KL-masks":
@@ -919,7 +926,7 @@ run.headline(
     source="Abstract; comparison with PPO and NLPO",
     claims=["KL drift: tuned DfPO / tuned PG"],
     findings=["reward: tuned DfPO minus tuned PG", "ref-PPL: tuned DfPO / tuned PG"],
-)
+);
 
 # %%
 # NBVAL_CHECK_OUTPUT

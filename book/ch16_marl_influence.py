@@ -878,8 +878,9 @@ run.claim(
             f"averaging schedules",
     strength="superiority",
     provenance="calibrated",
-)
+);
 
+# %%
 xor_corr = max(population_corr(P_pi, d_exact.ravel(), r_flat, ACTS, k)[j, 1]
                for k in LAGS for j in (0, 1))
 run.check(
@@ -908,7 +909,9 @@ run.check(
     "under the uniform policy r_1 = 1[a_0 = a_1] is independent of a_0 alone and of "
     "a_1 alone, at every lag",
     digits=2,
-)
+);
+
+# %%
 run.finding(
     "authors' constant critic step: TIM^ max relative error",
     err_lr[AUTHORS_LR][t_late],
@@ -939,7 +942,9 @@ run.finding(
     shows="a constant critic step tuned in hindsight for the budget closes much of the "
           "gap to the decaying one at that budget, but not all of it, and it has to "
           "know the budget",
-)
+);
+
+# %%
 run.headline(
     "identifies influence structures",
     "Through empirical studies, we validate our approach's effectiveness in "
@@ -1102,7 +1107,7 @@ def draw_graph(ax, est, true):
     )
     ax.set_axis_off()
 
-
+# %% tags=["hide-input"]
 def update(couplings, driver, coupling, mix_w, p_one, steps, critic, state, thr):
     pairs = [tuple(int(c) for c in e.split("→")) for e in couplings]
     drv = None if driver == "none" else int(driver)
@@ -1169,7 +1174,7 @@ controls = dict(
         value=threshold, min=0.05, max=0.5, step=0.05, description="threshold"
     ),
 )
-icmlbook.explore(update, controls, run=run)
+icmlbook.explore(update, controls, run=run);
 
 # %% [markdown]
 # ## Paper vs. this book

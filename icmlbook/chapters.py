@@ -97,15 +97,17 @@ class Chapter:
         """A hash of what the chapter's code cells do: it changes with the code, not
         with the prose, the comments or the layout.
 
-        Each code cell is hashed through its syntax tree (:func:`code_fingerprint`), so
-        re-wrapping a line or reformatting a cell keeps the hash, and a formatter is
+        Each top-level statement is hashed through its syntax tree
+        (:func:`code_statements`), so re-wrapping a line, reformatting a cell, or
+        splitting a long cell in two (or joining two) keeps the hash, and a formatter is
         shown to have changed nothing when the hash stays. Results files are stamped
         with it; a results file whose stamp differs from the chapter's current hash is
         stale. Cells tagged ``solution`` (the exercises' worked solutions, which run after
         the verdict and touch no claim or record) are left out."""
-        code = [code_fingerprint(source) for kind, tags, source in self._light_cells
-                if kind == "code" and "solution" not in tags]
-        return hashlib.sha256("\n# <cell>\n".join(code).encode("utf-8")).hexdigest()[:16]
+        code = [stmt for kind, tags, source in self._light_cells
+                if kind == "code" and "solution" not in tags
+                for stmt in code_statements(source)]
+        return hashlib.sha256("\n# <stmt>\n".join(code).encode("utf-8")).hexdigest()[:16]
 
     @property
     def results_file(self) -> Path:
@@ -135,15 +137,23 @@ def code_fingerprint(source: str) -> str:
     its comments, docstrings, line breaks, quotes or spacing, and the same across Python
     versions (fields that are empty or None are left out, as newer ``ast.dump`` does).
     A cell that does not parse as Python (a notebook magic) is taken as written."""
+    return "\n".join(code_statements(source))
+
+
+def code_statements(source: str) -> list[str]:
+    """:func:`code_fingerprint` one top-level statement at a time, so that where a
+    chapter's code is cut into cells does not matter; bare strings (docstrings, prose)
+    are left out. A cell that does not parse as Python is one statement, as written."""
     try:
         tree = ast.parse(source)
     except SyntaxError:
-        return source
+        return [source]
     for node in ast.walk(tree):  # docstrings and other bare strings are prose
         if isinstance(getattr(node, "body", None), list):
             node.body = [s for s in node.body if not (
                 isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant)
-                and isinstance(s.value.value, str))] or [ast.Pass()]
+                and isinstance(s.value.value, str))] or (
+                [] if isinstance(node, ast.Module) else [ast.Pass()])
 
     def canon(node: Any) -> str:
         if isinstance(node, ast.AST):
@@ -154,7 +164,7 @@ def code_fingerprint(source: str) -> str:
             return "[" + ",".join(canon(v) for v in node) + "]"
         return repr(node)
 
-    return canon(tree)
+    return [canon(stmt) for stmt in tree.body]
 
 
 def percent_cells(text: str) -> list[tuple[str, list[str], str]]:

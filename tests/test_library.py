@@ -589,6 +589,21 @@ def test_code_fingerprint_ignores_layout_not_code():
     assert "type_params" not in fp("def g():\n    pass")  # same text on every Python
 
 
+def test_code_hash_ignores_where_the_code_is_cut_into_cells(tmp_path):
+    from icmlbook.chapters import Chapter
+
+    def chapter(cells):
+        py = tmp_path / "book" / "ch99_x.py"
+        py.parent.mkdir(exist_ok=True)
+        py.write_text("".join(f"# %%\n{c}\n\n" for c in cells))
+        return Chapter("99", "x", "I. Test", tmp_path)
+
+    one = chapter(["x = 1\ny = f(x)  # Eq. 2\nz = g(y)"]).code_hash
+    assert one == chapter(["x = 1\n# Eq. 2\ny = f(x)", '"""prose"""\nz = g(y)']).code_hash
+    assert one != chapter(["x = 1\ny = f(x)\nz = g(x)"]).code_hash
+    assert one != chapter(["x = 1\nz = g(y)\ny = f(x)"]).code_hash
+
+
 def test_code_fingerprint_ignores_docstrings():
     fp = chapters.code_fingerprint
     assert fp('def f():\n    """One line."""\n    return 1') == fp(
