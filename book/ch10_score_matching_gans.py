@@ -108,10 +108,10 @@ icmlbook.use_style()
 cfg = run.pick(
     smoke=dict(
         replicas=1,
-        warmup_steps=30,
-        reg_steps=30,
-        diff_steps=30,
-        n_eval=500,
+        warmup_steps=12,
+        reg_steps=12,
+        diff_steps=12,
+        n_eval=300,
         widget_warmup=10,
         widget_steps=3,
         ring_steps=10,
