@@ -1,6 +1,5 @@
 """Structure of the book: table of contents, pairs in sync, committed notebooks clean."""
 import json
-import os
 import re
 import subprocess
 import sys
@@ -211,41 +210,10 @@ def test_ci_calls_make_test():
 
 # -- claims a reader can trust (paper claims apart from checks, named thresholds,
 #    committed results) ---------------------------------------------------------------------
-# Chapters written before paper claims and checks were separated, each with the audit
-# issue that brings it to the standard. The rules below skip them, visibly; the list
-# only shrinks.
-PENDING_AUDIT: dict[str, int] = {}
-# Chapters still to be brought to a later standard, each with its issue; a rule skips
-# them visibly and each list only shrinks:
-# - verdicts (issue 44): headlines graded by the rule of icmlbook.verdicts, findings
-#   recorded for what did not reproduce, strength and provenance on every paper claim;
-# - confirmation (issue 40): results over seeds 0-19, not 0-9 alone;
-# - solutions (issue 41): every exercise followed by its worked, executed solution;
-# - streams (issue 45): random numbers drawn from named streams (run.rng, run.generator,
-#   run.reseed), no ad-hoc seed offsets or fixed seeds.
-_ALL = {c.number for c in CHAPTERS}
-VERDICTS_DONE = {"01", "02", "03", "04", "05", "06", "07", "08", "09", "10", "11", "12", "13", "14", "15", "16", "17", "18", "19"}
-CONFIRMATION_DONE = {"01", "02", "03", "04", "05", "06", "07", "08", "09", "10", "11", "12", "13", "14", "15", "16", "17", "18", "19"}
-SOLUTIONS_DONE = {"01", "02", "03", "04", "05", "06", "07", "08", "09", "10", "11", "12", "13", "14", "15", "16", "17", "18", "19"}
-STREAMS_DONE = {"01", "02", "03", "04", "05", "06", "07", "08", "09", "10", "11", "12", "13", "14", "15", "16", "17", "18", "19"}
-PENDING_VERDICTS: dict[str, int] = {n: 44 for n in _ALL - VERDICTS_DONE}
-PENDING_CONFIRMATION: dict[str, int] = {n: 40 for n in _ALL - CONFIRMATION_DONE}
-PENDING_SOLUTIONS: dict[str, int] = {n: 41 for n in _ALL - SOLUTIONS_DONE}
-PENDING_STREAMS: dict[str, int] = {n: 45 for n in _ALL - STREAMS_DONE}
-
-
-def _pending(ch, table, what):
-    # ICMLBOOK_AUDITED=05,16 holds those chapters to every rule while they are brought up
-    # to it on a branch (the lists above are edited when the work lands)
-    done = os.environ.get("ICMLBOOK_AUDITED", "").split(",")
-    if ch.number in table and ch.number not in done:
-        pytest.skip(f"chapter {ch.number}: {what} pending (issue {table[ch.number]})")
+# Every chapter is held to every rule below: named thresholds, paper claims apart from
+# checks, results over calibration and confirmation seeds, the paper's verdict with its
+# findings, worked solutions and named random streams.
 CLAIM_CALLS = ("claim", "check")
-
-
-def _audited(ch):
-    if ch.number in PENDING_AUDIT:
-        pytest.skip(f"chapter {ch.number} awaits its audit (issue {PENDING_AUDIT[ch.number]})")
 
 
 def _claim_calls(ch):
@@ -275,7 +243,6 @@ def _threshold_arg(call):
 def test_thresholds_are_named_constants_declared_before_the_claims(ch):
     import ast
 
-    _audited(ch)
     cells = ch.notebook.cells
     where = [i for i, c in enumerate(cells) if "thresholds" in c.metadata.get("tags", [])]
     assert len(where) == 1, f"{ch.stem}: needs exactly one cell tagged 'thresholds'"
@@ -305,7 +272,6 @@ def test_thresholds_are_named_constants_declared_before_the_claims(ch):
 
 @pytest.mark.parametrize("ch", CHAPTERS, ids=IDS)
 def test_paper_claims_isolate_something_and_checks_are_apart(ch):
-    _audited(ch)
     rec = read_record(ch.ipynb)
     kinds = [c["kind"] for c in rec["claims"]]
     assert "unsorted" not in kinds, f"{ch.stem}: every run.claim needs versus= and against="
@@ -327,7 +293,6 @@ def test_results_file_is_current(ch):
     from icmlbook.results import (CALIBRATION_SEEDS, CONFIRMATION_SEEDS, REFRESH, read_results,
                                   read_sidecar)
 
-    _audited(ch)
     df = read_results(ch)
     refresh = REFRESH.format(number=ch.number)
     assert df is not None, f"{ch.stem}: no results/{ch.results_file.name}; run `{refresh}`"
@@ -336,10 +301,7 @@ def test_results_file_is_current(ch):
         f"then `make execute CH={ch.number}` and `icmlbook report`")
     seeds = tuple(sorted(set(df["seed"])))
     full = CALIBRATION_SEEDS + CONFIRMATION_SEEDS
-    if ch.number in PENDING_CONFIRMATION:
-        assert seeds in (CALIBRATION_SEEDS, full)
-    else:
-        assert seeds == full, f"{ch.stem}: results need calibration and confirmation seeds 0-19"
+    assert seeds == full, f"{ch.stem}: results need calibration and confirmation seeds 0-19"
     enforced = df[df["kind"] != "finding"]
     failing = enforced[~enforced["passed"].astype(bool)]
     assert failing.empty, (f"{ch.stem}: every claim and check must hold on every committed "
@@ -369,7 +331,6 @@ def test_committed_across_seeds_output_is_not_stale(ch):
 
 @pytest.mark.parametrize("ch", CHAPTERS, ids=IDS)
 def test_across_seeds_cell_follows_the_verdict(ch):
-    _audited(ch)
     code = [c.source for c in ch.notebook.cells if c.cell_type == "code"]
     verdict = next(i for i, s in enumerate(code) if "run.verdict()" in s)
     assert "icmlbook.across_seeds(run)" in code[verdict + 1], (
@@ -410,7 +371,6 @@ NOT_REPRODUCED_WORDS = ("did not reproduce", "does not reproduce", "reported, no
 def test_paper_verdict_headlines_and_claim_strength(ch):
     from icmlbook.verdicts import LADDER, PROVENANCE, STRENGTH
 
-    _pending(ch, PENDING_VERDICTS, "the paper's verdict")
     rec = read_record(ch.ipynb)
     assert rec.get("headlines"), f"{ch.stem}: run.headline(...) names the paper's headlines"
     assert rec["verdict"]["paper"] in LADDER
@@ -440,7 +400,6 @@ def _exercise_cells(ch):
 
 @pytest.mark.parametrize("ch", CHAPTERS, ids=IDS)
 def test_every_exercise_has_a_worked_solution(ch):
-    _pending(ch, PENDING_SOLUTIONS, "exercise solutions")
     cells = _exercise_cells(ch)
     tags = [set(c.metadata.get("tags", [])) for c in cells]
     exercises = [i for i, t in enumerate(tags) if "exercise" in t]
@@ -469,7 +428,6 @@ STREAM_SMELLS = (re.compile(r"\bseed\s*[+*]\s*\d"), re.compile(r"\d+\s*\*\s*seed
 
 @pytest.mark.parametrize("ch", CHAPTERS, ids=IDS)
 def test_random_numbers_come_from_named_streams(ch):
-    _pending(ch, PENDING_STREAMS, "named random streams")
     for i, cell in enumerate(ch.notebook.cells):
         if cell.cell_type != "code":
             continue
