@@ -132,18 +132,13 @@ class Chapter:
 _HEADER = re.compile(r"^# %%(?P<md> \[markdown\])?(?:\s+tags=(?P<tags>\[[^\]]*\]))?")
 
 
-def code_fingerprint(source: str) -> str:
-    """The syntax tree of a code cell as text: the same for the same program whatever
-    its comments, docstrings, line breaks, quotes or spacing, and the same across Python
-    versions (fields that are empty or None are left out, as newer ``ast.dump`` does).
-    A cell that does not parse as Python (a notebook magic) is taken as written."""
-    return "\n".join(code_statements(source))
-
-
 def code_statements(source: str) -> list[str]:
-    """:func:`code_fingerprint` one top-level statement at a time, so that where a
-    chapter's code is cut into cells does not matter; bare strings (docstrings, prose)
-    are left out. A cell that does not parse as Python is one statement, as written."""
+    """The syntax tree of each top-level statement of a code cell as text: the same for
+    the same program whatever its comments, docstrings, line breaks, quotes or spacing,
+    and across Python versions (fields that are empty or None are left out, as newer
+    ``ast.dump`` does). One statement at a time, so that where a chapter's code is cut
+    into cells does not matter. A cell that does not parse as Python (a notebook magic)
+    is one statement, as written."""
     try:
         tree = ast.parse(source)
     except SyntaxError:

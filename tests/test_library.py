@@ -579,8 +579,9 @@ def test_bench_report_flags_over_budget():
     assert lines[-2].endswith("| no |") and lines[-1].endswith("| yes |")
 
 
-def test_code_fingerprint_ignores_layout_not_code():
-    fp = chapters.code_fingerprint
+def test_code_statements_ignore_layout_not_code():
+    def fp(source):
+        return "\n".join(chapters.code_statements(source))
     a = "x = f(1, 2)  # Eq. 3\ny = 'ab'"
     assert fp(a) == fp("# Eq. 3\nx = f(\n    1,\n    2,\n)\ny = ('a'\n     \"b\")")
     assert fp(a) != fp("x = f(1, 3)\ny = 'ab'")
@@ -604,8 +605,9 @@ def test_code_hash_ignores_where_the_code_is_cut_into_cells(tmp_path):
     assert one != chapter(["x = 1\nz = g(y)\ny = f(x)"]).code_hash
 
 
-def test_code_fingerprint_ignores_docstrings():
-    fp = chapters.code_fingerprint
+def test_code_statements_ignore_docstrings():
+    def fp(source):
+        return "\n".join(chapters.code_statements(source))
     assert fp('def f():\n    """One line."""\n    return 1') == fp(
         'def f():\n    """Two\n    lines."""\n    return 1')
     assert fp('def f():\n    """Doc."""') == fp("def f():\n    pass")
