@@ -52,13 +52,15 @@
 #
 # **What we find.** At equal steps the score term, exact or learned, moves mass onto the
 # manifold, and the learned one brings the samples closer to the data without losing
-# coverage: these are the chapter's claims. Three parts of the paper's story do not
-# carry over and are recorded as findings: against the plain GAN given the extra
-# compute, SMaRt's off-manifold lead shrinks (and is gone on a seed) and its samples are
-# farther from the data in MMD than the plain GAN's on most seeds; the exact score at our weight is mode-seeking and thins some segments of the
-# curve; and the paper's *persistent* push, off-manifold mass that the adversarial loss
-# never removes, is not testable with our far-from-optimal discriminator. The verdict
-# is therefore **partly** (see "Paper vs. this book").
+# coverage: these are the chapter's claims. Against the plain GAN given the extra
+# compute the lead shrinks but mostly remains (findings). Two parts of the paper's story
+# do not carry over: the exact score at our weight is mode-seeking and thins some
+# segments of the curve (a finding), and the paper's *persistent* push, off-manifold
+# mass that the adversarial loss never removes, is not testable with our
+# far-from-optimal discriminator. How good the learned score is matters: with a
+# diffusion model trained too briefly, the claims held by a thin margin and the lead
+# at matched compute did not survive (see "Claims"). The verdict is **partly** (see
+# "Paper vs. this book").
 
 # %% tags=["parameters"]
 tier = "default"  # smoke | default | full: size of the experiment
@@ -99,7 +101,7 @@ from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
 import icmlbook
-from icmlbook.diffusion import EpsMLP, Schedule, q_sample, train_eps_model
+from icmlbook.diffusion import Schedule
 
 run = icmlbook.start("10_score_matching_gans", tier=tier, seed=seed,
                      params=dict(lam_score=lam_score, t_lo=t_lo, t_hi=t_hi,
@@ -122,7 +124,7 @@ cfg = run.pick(
         replicas=8,
         warmup_steps=600,
         reg_steps=800,
-        diff_steps=1500,
+        diff_steps=4000,
         n_eval=4000,
         widget_warmup=600,
         widget_steps=60,
@@ -134,7 +136,7 @@ cfg = run.pick(
         replicas=8,
         warmup_steps=600,
         reg_steps=800,
-        diff_steps=3000,
+        diff_steps=6000,
         n_eval=8000,
         widget_warmup=1000,
         widget_steps=150,
@@ -287,6 +289,70 @@ print(
     t_hi,
     f"-> sigma {float(SCHED.sigma[t_lo]):.3f} .. {float(SCHED.sigma[t_hi]):.3f}",
 )
+
+# %% [markdown]
+# ### The diffusion model: noising, and the loss that trains it
+#
+# The forward process noises a clean point in one step, $x_t = a_t x_0 + \sigma_t
+# \varepsilon$ with $\varepsilon \sim \mathcal N(0, I)$ (`q_sample`). A noise predictor
+# $\varepsilon_\theta(x_t, t)$ is trained on DDPM's simple loss (Ho et al., 2020),
+#
+# $$\mathcal L_{\rm DDPM}(\theta) = \mathbb E_{x_0,\,\varepsilon,\,t}\,
+#   \big\|\varepsilon_\theta(a_t x_0 + \sigma_t\varepsilon,\ t) - \varepsilon\big\|^2,$$
+#
+# whose minimizer is the $\varepsilon^\star$ of Eq. 2. Ours is an MLP on $x_t$ and
+# sinusoidal features of $t/T$, with SiLU activations: smooth, because SMaRt
+# differentiates through it. SMaRt only asks for small noise levels, so training draws
+# $t$ from the first `t_max` steps and spends the model's capacity there; the learning
+# rate decays by a cosine to 5 % of its start.
+
+# %%
+def q_sample(x0, t, eps, sched):
+    """The forward process x_t = a_t x_0 + sigma_t eps, one step t per row of x0."""
+    shape = (-1,) + (1,) * (x0.dim() - 1)
+    return sched.alpha[t].view(shape) * x0 + sched.sigma[t].view(shape) * eps
+
+
+class EpsMLP(nn.Module):
+    """The noise predictor eps_theta(x_t, t) for dim-dimensional points."""
+
+    def __init__(self, dim=2, hidden=(128, 128), n_freq=8, T=1000):
+        super().__init__()
+        self.T = T
+        self.register_buffer("freqs",
+                             math.pi * 2.0 ** torch.arange(n_freq, dtype=torch.float32))
+        widths = [dim + 2 * n_freq, *hidden]
+        layers = []
+        for a, b in zip(widths[:-1], widths[1:]):
+            layers += [nn.Linear(a, b), nn.SiLU()]
+        self.net = nn.Sequential(*layers, nn.Linear(widths[-1], dim))
+
+    def forward(self, x, t):
+        """Predicted noise at points x (..., dim) and integer steps t (...)."""
+        tt = (t.float() / self.T).unsqueeze(-1) * self.freqs
+        emb = torch.cat([torch.sin(tt), torch.cos(tt)], dim=-1)
+        return self.net(torch.cat([x, emb.expand(*x.shape[:-1], -1)], dim=-1))
+
+
+def train_eps_model(model, sample, sched, steps, batch, lr, t_max, generator,
+                    progress=None):
+    """Adam on the DDPM loss, steps t drawn below t_max, fresh data sample(n) at every
+    step; returns the loss of every step."""
+    opt = icmlbook.Adam(model.parameters(), lr=lr)
+    eta_min, losses = 0.05 * lr, []
+    steps_iter = range(1, steps + 1)
+    for k in steps_iter if progress is None else progress(steps_iter):
+        x0 = sample(batch)
+        t = torch.randint(0, t_max, (batch,), generator=generator)
+        eps = torch.randn(x0.shape, generator=generator)
+        loss = ((model(q_sample(x0, t, eps, sched), t) - eps) ** 2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        opt.lr = eta_min + (lr - eta_min) * (1 + math.cos(math.pi * k / steps)) / 2
+        losses.append(float(loss.detach()))
+    return losses
+
 
 # %% [markdown]
 # ### A batched ensemble of MLPs
@@ -643,12 +709,13 @@ def compare_arms(
 #
 # ### A small diffusion model as the "pre-trained" score
 #
-# The paper uses a pre-trained diffusion model as its score. We train one here: the
-# epsilon-prediction MLP of `icmlbook.diffusion` (shared with chapter 11), on fresh samples
-# of the spiral. SMaRt only queries it at small noise levels, so we train it on the first
-# 100 of the 1000 steps ($\sigma \le 0.32$) and spend its capacity there. How close does it
-# get to the exact score of Eq. 3? The cosine between the two, on noised data in the band
-# and at points off the manifold, tells us.
+# The paper uses a pre-trained diffusion model as its score. We train one here, the
+# `EpsMLP` above, on fresh samples of the spiral: on the first 100 of the 1000 steps
+# ($\sigma \le 0.32$), for `diff_steps` steps. How close does it get to the exact score
+# of Eq. 3? The cosine between the two, on noised data in the band and at points off the
+# manifold, tells us. It matters: the paper's score comes from a well-trained model, and
+# a model trained too briefly (this chapter first used 1500 steps) points its score
+# visibly away from the manifold's and weakens the regularizer.
 
 # %%
 diff_gen = run.generator("diffusion model training")
@@ -1010,14 +1077,14 @@ else:
 # with one draw, against 1.5 times the steps, it held on the calibration seeds and failed
 # a confirmation seed. It is now a finding.
 #
-# **Margins.** At their worst seed the learned score's off-manifold and MMD ratios come
-# within a few per cent of their bars (the table below shows each margin). What moves
-# them from seed to seed is the plain GANs of that seed: where they already sit closer
-# to the manifold, the score term has less to remove, and the ratio is higher. That is a
-# property of the seed's warmed-up GANs, shared by all eight pairs, so no average inside
-# a run removes it (the median over the pairs already removes what a single replica can
-# do); a steadier claim would need more warm-up seeds per run than the time budget
-# allows. The bars were set before these runs and are kept.
+# **Changed after the margins were seen.** In the first sweep over seeds 0-19 the
+# diffusion model was trained for 1500 steps, and the learned score's off-manifold and
+# MMD ratios held on every seed but came within 3 and 4 % of their bars at their worst
+# seed, less than the margin this book asks of a claim. Its noise predictions were far
+# from Eq. 3's (see the cosine above, which was much lower then): the score term was
+# working with a blurred score. It is now trained for `diff_steps` = 4000 steps, the
+# bars are unchanged, and seeds 0-9 and then 10-19 were swept again; the learned-score
+# off-manifold claim is therefore also marked *changed after failure*.
 #
 # **The paper's verdict** follows the book's rule (`icmlbook.verdicts`), fixed before the
 # final runs: a headline is reproduced only when its claims hold at full strength and its
@@ -1027,13 +1094,17 @@ else:
 # %% tags=["thresholds"]
 # the paper's verdict follows icmlbook.verdicts' rule, fixed before the final sweep
 # off-manifold fraction, learned score / GAN, median pair; calibrated: earlier runs,
-# seeds 0-9, 0.53-0.65 (ratio of means, one draw); median pair 0.53-0.68
+# seeds 0-9, 0.53-0.65 (ratio of means, one draw); median pair 0.53-0.68; changed after
+# failure: with the diffusion model trained 1500 steps the worst of seeds 0-19 was 0.727
+# (a 3 % margin); trained 4000 steps, seeds 0-9 give 0.42-0.60, the bar is kept
 C_OFF_LEARNED = 0.75
 # off-manifold fraction, exact score / GAN, median pair; changed after failure (four
 # draws); earlier runs 0.40-0.52, median pair 0.42-0.55
 C_OFF_EXACT = 0.8
 # MMD to the data, learned score / GAN, median pair: "closer to the data"; changed
-# after failure (ratio of means 1.016 on an unseen seed); median pair 0.70-0.92
+# after failure (ratio of means 1.016 on an unseen seed); median pair 0.70-0.92; then
+# 0.965 at worst over seeds 0-19 (a 3.5 % margin) with the diffusion model trained 1500
+# steps; trained 4000 steps, seeds 0-9 give 0.47-0.77, the bar is kept
 C_MMD_LEARNED = 1.0
 # covered segments, learned score - GAN, median pair; calibrated: earlier runs, worst
 # -0.1 (mean), 0.0 (median pair)
@@ -1062,7 +1133,7 @@ run.claim("off-manifold ratio, learned score / GAN (median pair)", paired("off",
           "<=", C_OFF_LEARNED,
           "with a learned diffusion model as the score, SMaRt moves generated mass "
           "onto the data manifold", versus="ablation", against=GAN_SAME,
-          strength="superiority", provenance="calibrated")
+          strength="superiority", provenance="changed after failure")
 run.claim("off-manifold ratio, exact score / GAN (median pair)", paired("off", 1),
           "<=", C_OFF_EXACT, "with the ground-truth score (the paper's toy), the same",
           versus="ablation", against=GAN_SAME, strength="superiority",
@@ -1090,12 +1161,11 @@ BETTER = ("the score term boosts the synthesis performance of the GAN (better FI
 run.finding(f"off-manifold ratio, {MATCHED}", paired("off", 2, base=final_long), "<=",
             C_VS_MATCHED, paper=BETTER + ": a lead at matched compute",
             shows="a plain GAN given the regularized step's cost in extra steps closes "
-                  "part of the gap; how much of the lead remains varies with the seed")
+                  "part of the gap; SMaRt keeps a smaller lead")
 run.finding(f"MMD ratio, {MATCHED}", paired("mmd", 2, base=final_long), "<=", 1.0,
             paper=BETTER + ": samples closer to the data at matched compute",
-            shows="at matched compute SMaRt's samples are about as close to the data "
-                  "as the plain GAN's, a little closer on some seeds, farther on "
-                  "others")
+            shows="at matched compute SMaRt's samples stay closer to the data, by "
+                  "less than at equal steps, and about as close on some seeds")
 mmd_of_means = float(final["mmd"][2].mean() / final["mmd"][0].mean())
 run.finding("MMD ratio of the arm means, learned score / GAN", mmd_of_means, "<=",
             C_MMD_LEARNED, paper=BETTER + ": samples closer to the data",
@@ -1168,8 +1238,8 @@ run.verdict()
 #
 # The findings are swept like the claims: the table shows on how many seeds each went
 # the paper's way. Read together: the score term's lead at equal steps is steady; at
-# matched compute its off-manifold lead is smaller and its MMD is worse than the plain
-# GAN's on most seeds; and the exact score's coverage is where its mode-seeking shows.
+# matched compute it is smaller in both off-manifold mass and MMD, and thin in MMD on a
+# few seeds; and the exact score's coverage is where its mode-seeking shows.
 # The MMD ratio of the arm means, whose failure on a seed outside 0-9 made the claim a
 # median over the pairs, is kept as a finding beside it, so that both statistics are on
 # the table.
@@ -1366,7 +1436,7 @@ icmlbook.explore(update, controls, run=run)
 # | GANs | StyleGAN2, BigGAN, Aurora on CIFAR10, ImageNet, LSUN | a 3-layer MLP GAN with a 2-D latent |
 # | measure | FID (ImageNet 64, Aurora: 8.87 → 7.11) | off-manifold fraction, segment coverage, MMD on a thin spiral; the median over paired replicas |
 # | baseline | the same GAN without the term | the same (claims), and a plain GAN with 1.5x the steps, matched in floating-point operations (findings) |
-# | result | better FID for StyleGAN2, BigGAN, Aurora | at equal steps, less off-manifold mass, a closer MMD and no lost coverage (claims); at matched compute a smaller off-manifold lead and an MMD worse than the plain GAN's on most seeds, and the exact score's thinned segments (findings) |
+# | result | better FID for StyleGAN2, BigGAN, Aurora | at equal steps, less off-manifold mass, a closer MMD and no lost coverage (claims); at matched compute a smaller lead in off-manifold mass and MMD, and the exact score's thinned segments (findings) |
 #
 # ### Paper coverage
 #
@@ -1385,15 +1455,17 @@ icmlbook.explore(update, controls, run=run)
 # closer to the data in MMD and without losing coverage: the four claims, on every seed
 # of the table. (ii) At matched compute the lead shrinks. The plain GAN keeps improving:
 # given 1.5 times the steps, what a one-draw regularized step costs, it closes part of
-# the gap, and SMaRt's MMD there is worse than the plain GAN's on most seeds (the
+# the gap; SMaRt keeps a smaller lead in off-manifold mass and, more thinly, in MMD (the
 # matched-compute findings, printed above the verdict and counted in the table across
-# seeds). The paper's better sample quality shows per step but not per unit of compute.
-# The single draw is what makes any lead possible: four draws per sample cost well over
-# 2 plain steps (counted above). (iii) The paper's argument is about a *lasting*
+# seeds). That lead depends on the score: with the diffusion model trained for 1500
+# steps instead of 4000, SMaRt's MMD at matched compute was worse than the plain GAN's
+# on most seeds. The single draw is what makes a lead at matched compute possible:
+# four draws per sample cost well over 2 plain steps (counted above). (iii) The paper's argument is about a *lasting*
 # effect, off-manifold mass that the adversarial loss never removes because the optimal
 # discriminator is flat there. Our small discriminator is far from optimal and removes
 # it, given time; the full tier continues the arms for a longer run and prints the
-# ratios, and in the trial runs of that tier the plain GAN caught up. That headline is
+# ratios, and in trial runs of that tier (with the diffusion model trained more
+# briefly) the plain GAN caught up. That headline is
 # marked not testable at this scale. (iv) The exact score is sharp and mode-seeking: at
 # $\lambda = 0.3$ it thins out some segments (the coverage finding). (v) On a *circle*
 # the plain GAN's few percent of off-manifold mass sit in the middle, where a continuous
@@ -1406,9 +1478,11 @@ icmlbook.explore(update, controls, run=run)
 # GAN, so a baseline tuned on its own could narrow the matched-compute lead further;
 # the book does not measure this.
 #
-# **Verdict: partly.** At our scale the score term is a head start onto the manifold
-# that improves the samples at equal steps; the part of the paper that would make it
-# more than that (a lead at matched compute, a lasting push) does not show here.
+# **Verdict: partly.** At our scale the score term improves the samples at equal steps
+# and, by less, at matched compute; the exact score costs some coverage, and the
+# lasting push that the paper's argument is about does not show here. The learned-score
+# claims were re-run with a better-trained diffusion model after their margins were
+# seen (see "Claims").
 
 # %% [markdown]
 # ## Exercises

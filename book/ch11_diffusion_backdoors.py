@@ -103,7 +103,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import icmlbook
-from icmlbook.diffusion import Schedule, ddpm_sample
+from icmlbook.diffusion import Schedule
 from icmlbook.nn import Adam
 
 run = icmlbook.start("11_diffusion_backdoors", tier=tier, seed=seed,
@@ -222,8 +222,6 @@ class EpsBank(nn.Module):
         self.w_out = weight(hidden, D, 0.1)
 
     def forward(self, x, t):
-        if t.dim() == 1:  # one step per model (the library's ancestral sampler)
-            t = t[:, None].expand(x.shape[:-1])
         tt = (t.float() / T)[..., None] * self.freqs
         emb = torch.cat([tt.sin(), tt.cos()], -1)
         h = torch.baddbmm(self.b[0], torch.cat([x, emb], -1), self.w_in)
@@ -311,8 +309,14 @@ def train_bank(bank, data, steps, batch, lr, rates, triggers, targets_, gen):
 # %% [markdown]
 # ### Two samplers
 #
-# Generations are drawn with the ancestral DDPM sampler of `icmlbook.diffusion` (100
-# steps). TERD's refinement differentiates through a 10-step DDIM sampler
+# Generations are drawn with DDPM's ancestral sampler (Ho et al., 2020, Alg. 2), all
+# 100 steps from $x_T$ down,
+#
+# $$x_{t-1} = \frac{1}{\sqrt{1-\beta_t}}\Big(x_t - \frac{\beta_t}{\sqrt{1-\bar\alpha_t}}
+#   \,\epsilon_\theta(x_t, t)\Big) + \sqrt{\beta_t}\, z, \qquad z \sim \mathcal N(0, I)
+#   \ (z = 0 \text{ at the last step}).$$
+#
+# TERD's refinement differentiates through a 10-step DDIM sampler
 # ($\eta = 0$, steps $t = 90, 80, \dots, 0$). As in the diffusers library TERD builds
 # on, the DDIM sampler clips its prediction of $x_0$ to $[-1, 1]$ at every step and
 # recomputes $\epsilon$ from the clipped $x_0$. Without clipping it diverges on
@@ -338,11 +342,22 @@ def ddim(bank, x, clip=True):
         x = ALPHA[t_next] * x0 + SIGMA[t_next] * eps
 
 
+def ancestral(bank, x, gen):
+    """DDPM's ancestral sampler from x = x_T (M, N, D) down to x_0."""
+    betas, abar = SCHED.betas.float(), SCHED.alpha_bar.float()
+    for t in reversed(range(T)):
+        eps = bank(x, torch.full(x.shape[:-1], t))
+        x = (x - betas[t] / (1 - abar[t]).sqrt() * eps) / (1 - betas[t]).sqrt()
+        if t > 0:
+            x = x + betas[t].sqrt() * torch.randn(x.shape, generator=gen)
+    return x
+
+
 def generate(bank, x_T, sampler, gen):
     """Images from noise x_T (M, N, D): 'ancestral', 'DDIM clipped' or 'unclipped'."""
     with torch.no_grad():
         if sampler == "ancestral":
-            return ddpm_sample(bank, SCHED, x_T.shape[1], D, gen, x_T=x_T)
+            return ancestral(bank, x_T, gen)
         return ddim(bank, x_T, clip=sampler == "DDIM clipped")
 
 

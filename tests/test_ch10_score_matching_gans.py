@@ -4,7 +4,7 @@ import pytest
 import torch
 from helpers import chapter_defs
 
-from icmlbook.diffusion import EpsMLP, Schedule
+from icmlbook.diffusion import Schedule
 
 ch = chapter_defs("ch10_score_matching_gans")
 SCHED = Schedule.linear()
@@ -124,7 +124,7 @@ def arms():
     exact = ch.exact_eps_fn(MEANS, S, SCHED)
     # a "score model" that knows only the inner half of the spiral
     half = ch.exact_eps_fn(MEANS[: len(MEANS) // 2], S, SCHED)
-    untrained = EpsMLP(dim=2, hidden=(128, 128)).requires_grad_(False)
+    untrained = ch.EpsMLP(dim=2, hidden=(128, 128)).requires_grad_(False)
     names = ["GAN", "good", "sign flipped", "untrained score model",
              "score of half the data"]
     lams = [0.0, 0.3, -0.3, 0.3, 0.3]
@@ -180,7 +180,7 @@ def step_flops(lam, draws):
     g = torch.Generator().manual_seed(0)
     G = ch.EnsembleMLP(5, [2, ch.HIDDEN, ch.HIDDEN, ch.HIDDEN, 2])
     D = ch.EnsembleMLP(5, [2, ch.HIDDEN, ch.HIDDEN, ch.HIDDEN, 1])
-    model = EpsMLP(dim=2, hidden=(128, 128)).requires_grad_(False)
+    model = ch.EpsMLP(dim=2, hidden=(128, 128)).requires_grad_(False)
     return ch.flops(lambda: ch.train_gan(
         G, D, lambda n: ch.sample_gmm(MEANS, S, n, g), 1, lam=[lam] * 5,
         eps_fns=[lambda x, t: model(x, t)] * 5, sched=SCHED, generator=g, draws=draws))
@@ -210,3 +210,46 @@ def test_regularizer_from_scratch_collapses_a_ring_gan():
         pts = G(torch.randn(2, 1500, 2, generator=g))
     plain, regularized = (int(ch.coverage(p, ring, 8)) for p in pts)
     assert plain == 8 and regularized <= 2
+
+
+# ---- the diffusion model: noising, the noise predictor, its training ---------------
+# Gaussian data N(m, c^2 I) has an exact noise predictor,
+# eps*(x_t, t) = s_t (x_t - a_t m) / (a_t^2 c^2 + s_t^2), the oracle of these tests.
+M, C = torch.tensor([1.0, -0.5]), 0.3
+
+
+def gaussian_eps(x, t):
+    a, s = SCHED.alpha[t].unsqueeze(-1), SCHED.sigma[t].unsqueeze(-1)
+    return s * (x - a * M) / (a**2 * C**2 + s**2)
+
+
+def test_q_sample_formula():
+    x0, eps = torch.randn(7, 3), torch.randn(7, 3)
+    t = torch.arange(7) * 7
+    xt = ch.q_sample(x0, t, eps, SCHED)
+    assert torch.allclose(xt, SCHED.alpha[t, None] * x0 + SCHED.sigma[t, None] * eps)
+
+
+def test_eps_mlp_shapes_and_step_dependence():
+    model = ch.EpsMLP(dim=3, hidden=(16, 16))
+    x = torch.randn(4, 5, 3)
+    out = model(x, torch.full((4, 5), 10))
+    assert out.shape == (4, 5, 3)
+    assert not torch.allclose(out, model(x, torch.full((4, 5), 500)))
+
+
+@pytest.mark.slow
+def test_training_learns_the_gaussian_predictor():
+    torch.manual_seed(0)
+    model = ch.EpsMLP(dim=2, hidden=(64, 64))
+    g = torch.Generator().manual_seed(1)
+    losses = ch.train_eps_model(model, lambda n: M + C * torch.randn(n, 2, generator=g),
+                                SCHED, steps=400, batch=256, lr=2e-3, t_max=100,
+                                generator=g)
+    assert len(losses) == 400 and sum(losses[-50:]) < sum(losses[:50])
+    t = torch.randint(10, 100, (2000,), generator=g)
+    x = ch.q_sample(M + C * torch.randn(2000, 2, generator=g), t,
+                    torch.randn(2000, 2, generator=g), SCHED)
+    with torch.no_grad():
+        cos = torch.nn.functional.cosine_similarity(model(x, t), gaussian_eps(x, t), dim=-1)
+    assert float(cos.mean()) > 0.9

@@ -316,3 +316,16 @@ def test_no_reversion_fails_model_detection_vs_plain_loss(trained, references):
 @pytest.mark.slow
 def test_plain_loss_fails_model_detection_vs_doing_nothing(trained, references):
     assert not claims(trained, references, references["plain"])["sep vs nothing"]
+
+
+def test_ancestral_sampler_with_the_exact_predictor_recovers_gaussian_data():
+    # N(m, c^2 I) data has the exact noise predictor s_t (x_t - a_t m) / (a_t^2 c^2 + s_t^2)
+    m, c = torch.linspace(-0.5, 0.5, ch.D), 0.3
+
+    def exact(x, t):
+        a, s = ch.ALPHA[t][..., None], ch.SIGMA[t][..., None]
+        return s * (x - a * m) / (a**2 * c**2 + s**2)
+
+    x = ch.ancestral(exact, torch.randn(1, 6000, ch.D, generator=gen(1)), gen(2))[0]
+    assert torch.allclose(x.mean(0), m, atol=0.03)
+    assert torch.allclose(x.std(0), torch.full((ch.D,), c), atol=0.03)

@@ -55,6 +55,14 @@ def test_configure_torch_cpu_one_thread():
     assert torch.get_num_threads() == 1
 
 
+def test_freed_memory_is_kept_where_glibc_allows():
+    import platform
+
+    applied = tiers.keep_freed_memory()
+    if platform.system() == "Linux" and platform.libc_ver()[0] == "glibc":
+        assert applied
+
+
 # -- params ------------------------------------------------------------------
 @pytest.mark.parametrize("call, message", [
     (lambda: params.check_tier("huge"), "tier must be one of smoke, default, full"),
