@@ -86,13 +86,10 @@ def pick(tier: str, **per_tier: dict[str, Any]) -> SimpleNamespace:
 
 def seed_everything(seed: int, torch: bool = True) -> None:
     """Seed Python's, NumPy's and (unless ``torch=False``) torch's global generators."""
-    random.seed(seed)
-    try:
-        import numpy as np
+    import numpy as np
 
-        np.random.seed(seed)
-    except ImportError:  # pragma: no cover - numpy is a dependency
-        pass
+    random.seed(seed)
+    np.random.seed(seed)
     if torch:
         import torch as _torch
 

@@ -20,16 +20,11 @@ from __future__ import annotations
 import random
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import accumulate
 
 SEP = "."
 
 Words = list[str]
-
-
-def _rng(seed_or_rng: int | random.Random) -> random.Random:
-    if isinstance(seed_or_rng, random.Random):
-        return seed_or_rng
-    return random.Random(seed_or_rng)
 
 
 @dataclass
@@ -56,9 +51,9 @@ class Grammar:
                 ws, weights = list(words), [1.0] * len(words)
             if not ws or min(weights) <= 0:
                 raise ValueError(f"slot {name!r} needs words with positive weights")
-            self._slots[name] = (ws, _cumulative(weights))
+            self._slots[name] = (ws, list(accumulate(weights)))
         self._templates = [tuple(t) for _, t in self.templates]
-        self._template_cum = _cumulative([float(w) for w, _ in self.templates])
+        self._template_cum = list(accumulate(float(w) for w, _ in self.templates))
         for t in self._templates:
             if not t or t[-1] != SEP or SEP in t[:-1]:
                 raise ValueError(f"template {t} must end with a single {SEP!r}")
@@ -67,7 +62,6 @@ class Grammar:
                     raise ValueError(f"template {t} uses unknown slot {item!r}")
         self._sets = {name: frozenset(ws) for name, (ws, _) in self._slots.items()}
 
-    # -- vocabulary ---------------------------------------------------------
     @property
     def words(self) -> list[str]:
         """Every word the grammar can emit, in a fixed (sorted) order."""
@@ -77,11 +71,10 @@ class Grammar:
                 out |= self._sets[item] if item in self._sets else {item}
         return sorted(out)
 
-    # -- generation ---------------------------------------------------------
     def sentence(self, rng: int | random.Random, fixed: Mapping[str, str] | None = None) -> Words:
         """One sentence (ending with ``"."``). ``fixed`` pins slot values,
         e.g. ``{"NAME": "bo"}`` to chain a word from the previous sentence."""
-        rng = _rng(rng)
+        rng = rng if isinstance(rng, random.Random) else random.Random(rng)
         t = rng.choices(self._templates, cum_weights=self._template_cum)[0]
         out: Words = []
         for item in t:
@@ -95,7 +88,6 @@ class Grammar:
                 out.append(item)
         return out
 
-    # -- exact acceptor -----------------------------------------------------
     def _matches(self, words: Sequence[str], template: Sequence[str]) -> bool:
         return all(w in self._sets[t] if t in self._sets else w == t
                    for w, t in zip(words, template))
@@ -103,10 +95,8 @@ class Grammar:
     def accepts_sentence(self, words: Sequence[str], prefix: bool = False) -> bool:
         """Is ``words`` one complete sentence (or, with ``prefix``, the start of one)?"""
         n = len(words)
-        for t in self._templates:
-            if (n == len(t) or (prefix and n < len(t))) and self._matches(words, t):
-                return True
-        return False
+        return any((n == len(t) or (prefix and n < len(t))) and self._matches(words, t)
+                   for t in self._templates)
 
     def accepts(self, words: Sequence[str] | str, prefix: bool = False) -> bool:
         """Exact grammaticality of a word sequence (or text): every sentence
@@ -124,7 +114,6 @@ class Grammar:
             return True
         return prefix and self.accepts_sentence(rest, prefix=True)
 
-    # -- sentiment ----------------------------------------------------------
     def polarity(self, words: Iterable[str]) -> tuple[int, int]:
         """(number of positive words, number of negative words)."""
         pos = neg = 0
@@ -133,14 +122,6 @@ class Grammar:
             pos += s > 0
             neg += s < 0
         return pos, neg
-
-
-def _cumulative(weights: Sequence[float]) -> list[float]:
-    out, total = [], 0.0
-    for w in weights:
-        total += w
-        out.append(total)
-    return out
 
 
 def render(words: Sequence[str]) -> str:
