@@ -1,21 +1,10 @@
-"""The batch engine: plan chapter runs, execute them with papermill (here or on Dask),
-collect their records, and make the tidy table of a sweep.
+"""The batch engine behind ``icmlbook run``, ``sweep`` and ``bench``: plan chapter runs,
+execute each with papermill in a fresh kernel (here, one after the other, or as Dask
+tasks), keep their records, and make the tidy table of a sweep.
 
     jobs = plan(chapters, "default", range(10), {})           # validated, no kernel yet
     results = run_jobs(jobs, Path("runs"), workers=2)         # papermill, one kernel each
     df = sweep(["05", "16"], seeds=range(10))                 # the same, as a tidy DataFrame
-
-Behind ``icmlbook run``, ``icmlbook sweep`` and ``icmlbook bench``. Each run is one
-papermill execution in a fresh kernel. One worker and no scheduler: in this process,
-one after the other. Otherwise each run is one Dask task, on an embedded
-``LocalCluster`` (one worker process per core, one thread each) or, with
-``scheduler=``, on a running cluster (its workers need this package installed and the
-repository at the same path). Every finished run's record is written to
-``OUT/records/`` at once, so a killed worker or a Ctrl-C loses nothing that had
-finished, and ``resume=True`` skips the runs already recorded for the same chapter
-code, tier, seed and parameters. Executed notebooks are named by their run key
-(chapter, tier, seed and parameters), so runs with other parameters never overwrite
-each other.
 """
 from __future__ import annotations
 
@@ -34,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from icmlbook.chapters import Chapter, skip_iri_grammar
-from icmlbook.params import ParameterError, shown
+from icmlbook.params import ParameterError, check_seed, check_tier, shown
 from icmlbook.record import read_record, tally
 from icmlbook.results import split_of
 from icmlbook.tiers import RULES
@@ -47,9 +36,11 @@ ended before any claim gives one row with kind "error")."""
 
 
 def run_key(stem: str, tier: str, seed: int, params: dict[str, Any]) -> str:
-    """A file-name-safe name of one run: chapter, tier, seed and parameters."""
+    """A file-name-safe name of one run: chapter, tier, seed and parameters (executed
+    notebooks and records are named by it, so runs with other parameters never collide)."""
     extra = "".join(f".{k}={v}" for k, v in sorted(params.items()))
     return f"{stem}.{tier}.s{seed}{extra}".replace("/", "_").replace(" ", "")
+
 
 NOISE_CELL_KEYS = ("papermill", "execution", "ExecuteTime", "collapsed", "scrolled")
 # The kernel logs only critical errors: ipykernel otherwise warns on every start that local
@@ -238,8 +229,6 @@ def plan(chapters: list[Chapter], tier: str, seeds: Any, overrides: dict[str, An
     """The runs of ``chapters`` x ``seeds`` at ``tier``, each chapter's ``overrides``
     checked in-process first (names, and values through the chapter's validate cell):
     bad input raises :class:`ParameterError` naming the chapter, before any kernel."""
-    from icmlbook.params import check_seed, check_tier
-
     check_tier(tier)
     seeds = list(seeds)
     for s in seeds:

@@ -56,14 +56,6 @@ PACKAGES = {
     ),
 }
 
-# where each package lands under _static/vendor/
-TARGET = {"mathjax": "mathjax", "requirejs": "requirejs",
-          "@jupyter-widgets/html-manager": "@jupyter-widgets/html-manager"}
-
-
-def _cache_dir() -> Path:
-    return Path(os.environ.get("ICMLBOOK_VENDOR_DIR", ROOT / ".vendor"))
-
 
 def _integrity(path: Path) -> str:
     digest = hashlib.sha512(path.read_bytes()).digest()
@@ -73,7 +65,7 @@ def _integrity(path: Path) -> str:
 def _tarball(name: str) -> Path:
     """The package's tarball in the cache, fetched with `npm pack` when missing."""
     version, integrity, _ = PACKAGES[name]
-    cache = _cache_dir()
+    cache = Path(os.environ.get("ICMLBOOK_VENDOR_DIR", ROOT / ".vendor"))
     cache.mkdir(parents=True, exist_ok=True)
     tgz = cache / f"{name.replace('@', '').replace('/', '-')}-{version}.tgz"
     if not (tgz.exists() and _integrity(tgz) == integrity):
@@ -116,22 +108,19 @@ def vendor(dest: Path) -> dict[str, Path]:
     """Unpack the kept files of every package under ``dest`` (``_static/vendor``)."""
     out = {}
     for name, (version, _, patterns) in PACKAGES.items():
-        target = dest / TARGET[name]
+        target = dest / name
         stamp = target / ".version"
         if not (stamp.exists() and stamp.read_text() == version):
             shutil.rmtree(target, ignore_errors=True)
             target.mkdir(parents=True)
             with tarfile.open(_tarball(name)) as tar:
                 for m in tar.getmembers():
-                    if not m.isfile() or not _wanted(m.name, patterns):
-                        continue
                     rel = Path(m.name.removeprefix("package/"))
-                    if ".." in rel.parts:
-                        continue
-                    path = target / rel
-                    path.parent.mkdir(parents=True, exist_ok=True)
-                    with tar.extractfile(m) as src, open(path, "wb") as dst:
-                        shutil.copyfileobj(src, dst)
+                    if m.isfile() and _wanted(m.name, patterns) and ".." not in rel.parts:
+                        path = target / rel
+                        path.parent.mkdir(parents=True, exist_ok=True)
+                        with tar.extractfile(m) as src, open(path, "wb") as dst:
+                            shutil.copyfileobj(src, dst)
             stamp.write_text(version)
         out[name] = target
     return out
@@ -168,6 +157,7 @@ def _drop_thebe(app, pagename, templatename, context, doctree) -> None:
     files = context.get("script_files")
     if not files:
         return
+
     def thebe(js) -> bool:
         name = str(getattr(js, "filename", js) or "")
         body = str(getattr(js, "attributes", {}).get("body", ""))
