@@ -108,10 +108,8 @@ class Result:
         """PASS, FAILED, RECORDED (smoke: failures recorded, not enforced) or ERROR (the run
         ended before its claims), read from the run record's status."""
         status = (self.record or {}).get("status")
-        if not self.record or not self.record.get("claims"):
-            return "ERROR"
-        if not self.ok and status == "passed":  # a cell after the verdict failed
-            return "ERROR"
+        if not (self.record or {}).get("claims") or (not self.ok and status == "passed"):
+            return "ERROR"  # no claims, or a cell after the verdict failed
         return {"passed": "PASS", "failed": "FAILED", "recorded": "RECORDED"}.get(status, "ERROR")
 
     def as_json(self) -> dict[str, Any]:

@@ -181,8 +181,7 @@ def _writable_file(path: str | None, flag: str) -> None:
         if not path or p.is_dir() or not p.parent.is_dir():
             raise UsageError(f"{flag} {shown(path)}: needs a file in an existing folder")
         existed = p.exists()
-        with open(p, "a", encoding="utf-8"):
-            pass
+        open(p, "a", encoding="utf-8").close()
         if not existed:
             p.unlink()
     except OSError as exc:
@@ -198,8 +197,7 @@ def _writable_dir(path: str, flag: str) -> None:
         if not path or (p.exists() and not p.is_dir()):
             raise UsageError(f"{flag} {shown(path)}: needs a folder")
         p.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryFile(dir=p):
-            pass
+        tempfile.TemporaryFile(dir=p).close()
     except OSError as exc:
         raise UsageError(f"{flag} {shown(path)}: cannot write there ({exc.strerror})") from None
 
