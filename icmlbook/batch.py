@@ -19,6 +19,7 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -324,7 +325,7 @@ def validate(chapter: Chapter, overrides: dict[str, Any]) -> dict[str, Any]:
 # -- many runs ----------------------------------------------------------------------------
 def run_jobs(jobs: list[Job], out_dir: Path, *, workers: int = 1, scheduler: str | None = None,
              inplace: bool = False, verbose: bool = False, records_dir: Path | None = None,
-             resume: bool = False, bar: bool | None = None) -> list[Result]:
+             resume: bool = False) -> list[Result]:
     """Execute ``jobs`` and return their results in the order of ``jobs``.
 
     One worker and no scheduler: in this process, one after the other (``verbose``
@@ -335,6 +336,7 @@ def run_jobs(jobs: list[Job], out_dir: Path, *, workers: int = 1, scheduler: str
     """
     out_dir = Path(out_dir)
     done: dict[int, Result] = {}
+    say = partial(print, flush=True)
     if resume and records_dir is not None:
         old = load_records(records_dir)
         for i, job in enumerate(jobs):
@@ -342,8 +344,7 @@ def run_jobs(jobs: list[Job], out_dir: Path, *, workers: int = 1, scheduler: str
             if r is not None and r.code_hash == job.chapter.code_hash and r.record:
                 done[i] = r
         if done:
-            print(f"[resume] {len(done)} of {len(jobs)} run(s) already recorded for this code",
-                  flush=True)
+            say(f"[resume] {len(done)} of {len(jobs)} run(s) already recorded for this code")
     todo = [i for i in range(len(jobs)) if i not in done]
 
     def finished(i: int, r: Result, say) -> None:
@@ -356,20 +357,18 @@ def run_jobs(jobs: list[Job], out_dir: Path, *, workers: int = 1, scheduler: str
         if todo and scheduler is None and min(workers, len(todo)) <= 1:
             for i in todo:
                 job = jobs[i]
-                print(f"[start] {job.chapter.number} {job.chapter.slug} (tier {job.tier}, "
-                      f"seed {job.seed})", flush=True)
-                finished(i, run_job(job, out_dir, inplace, verbose),
-                         lambda s: print(s, flush=True))
+                say(f"[start] {job.chapter.number} {job.chapter.slug} (tier {job.tier}, "
+                    f"seed {job.seed})")
+                finished(i, run_job(job, out_dir, inplace, verbose), say)
         elif todo:
-            _on_dask([(i, jobs[i]) for i in todo], out_dir, inplace, workers, scheduler, bar,
-                     finished)
+            _on_dask([(i, jobs[i]) for i in todo], out_dir, inplace, workers, scheduler, finished)
     except KeyboardInterrupt:
         raise Interrupted([done[i] for i in sorted(done)]) from None
     return [done[i] for i in range(len(jobs))]
 
 
 def _on_dask(todo: list[tuple[int, Job]], out_dir: Path, inplace: bool, workers: int,
-             scheduler: str | None, bar: bool | None, finished) -> None:
+             scheduler: str | None, finished) -> None:
     from distributed import Client, LocalCluster, as_completed
     from tqdm.auto import tqdm
 
@@ -392,8 +391,8 @@ def _on_dask(todo: list[tuple[int, Job]], out_dir: Path, inplace: bool, workers:
         client = Client(scheduler, timeout=30)
         where = f"the cluster at {scheduler}"
     progress = tqdm(total=len(todo), desc="runs", unit="run", file=sys.stderr,
-                    disable=(not sys.stderr.isatty()) if bar is None else not bar)
-    say = progress.write if not progress.disable else (lambda s: print(s, flush=True))
+                    disable=not sys.stderr.isatty())
+    say = progress.write if not progress.disable else partial(print, flush=True)
     say(f"[dask] {len(todo)} run(s) on {where}")
     futures = {}
     try:

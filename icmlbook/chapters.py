@@ -227,11 +227,8 @@ def resolve(name: str, chapters: list[Chapter]) -> Chapter:
 
 
 def parse_parameters(source: str, literal: bool = True) -> dict[str, Parameter]:
-    """Names, literal defaults and comments of a parameters cell: the trailing
-    comment, or else the block of comment lines right above the assignment (for a
-    comment too long to share the line).
-
-    ``literal=False`` keeps a value that is not a literal as its source text."""
+    """Names, literal defaults and comments (trailing, or the comment lines right above)
+    of a parameters cell. ``literal=False`` keeps a non-literal value as its source."""
     tree = ast.parse(source)
     lines = source.splitlines()
     params: dict[str, Parameter] = {}

@@ -1,12 +1,7 @@
 """The ``icmlbook`` command: list, run, sweep and benchmark chapters; write the report.
 
-    icmlbook list
     icmlbook run 5 --tier smoke --seed 3 --json r.json
-    icmlbook run --all --jobs 2 --out runs/
-    icmlbook run 05 --inplace            # re-execute the committed notebook
     icmlbook sweep 5 16 --seeds 0-9      # chapters x seeds on Dask, a tidy table
-    icmlbook sweep 5 --seeds 0-9 --update-results && icmlbook report
-    icmlbook bench --all --out bench.md
 
 Bad input (unknown chapter, tier or parameter, a value the chapter rejects)
 exits with status 2 before any kernel starts; a chapter that fails exits 1.

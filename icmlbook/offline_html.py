@@ -1,22 +1,15 @@
 """Sphinx extension: the HTML book loads MathJax and the widget manager from the build.
 
-Jupyter Book 1.x takes MathJax from a CDN, and myst-nb takes require.js and the
-ipywidgets html-manager from CDNs too; offline, every formula shows as raw TeX and
-every widget snapshot shows only its static image. This extension vendors the three
-JavaScript packages from the npm registry at build time (pinned versions, checked
-against their sha512 integrity), copies the files the page needs into
-``_static/vendor/`` and points Sphinx and myst-nb at them, so that the built book
-makes no request outside its own folder.
+Jupyter Book takes MathJax, require.js and the ipywidgets html-manager from CDNs;
+offline, every formula shows as raw TeX and every widget only its static image. This
+extension vendors the three from the npm registry at build time (pinned versions, checked
+against their sha512 integrity) into ``_static/vendor/``, so the built book makes no
+request outside its own folder. npm, because no PyPI package ships the html-manager;
+MathJax comes the same way, for one mechanism and one cache.
 
-Why npm rather than a PyPI package: no PyPI package ships the ipywidgets
-html-manager, so npm is needed for the widgets anyway; taking MathJax from the same
-place, at a pinned 3.x version, gives one mechanism and one cache instead of two.
-
-The downloads are cached in ``.vendor/`` at the repository root (ignored by git), so
-only the first build needs the registry; ``ICMLBOOK_VENDOR_DIR`` moves the cache.
-Enable it in ``_config.yml`` with ``sphinx: extra_extensions: [icmlbook.offline_html]``,
-and point ``mathjax_path`` and ``nb_ipywidgets_js`` (``sphinx: config:``) at the files
-under ``vendor/`` (paths relative to ``_static``).
+The downloads are cached in ``.vendor/`` (ignored by git; ``ICMLBOOK_VENDOR_DIR`` moves
+it). ``_config.yml`` enables the extension (``sphinx: extra_extensions``) and points
+``mathjax_path`` and ``nb_ipywidgets_js`` at the files under ``vendor/``.
 """
 from __future__ import annotations
 

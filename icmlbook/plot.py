@@ -56,11 +56,8 @@ def use_style(dpi: int = 100) -> None:
 def method_styles(*methods: str) -> dict[str, dict[str, Any]]:
     """A fixed style per method, in the order given: ``{name: {"color", "linestyle",
     "label"}}``, to unpack into every plot call (``ax.plot(x, y, **STYLE[name])``).
-
-    Declare every method the chapter draws once, near its top: then a method keeps its
-    colour in every figure, whatever else a figure shows, and no two methods share a
-    (colour, line style) pair. The first seven get the palette's colours with solid
-    lines; later ones reuse the colours with the next line style."""
+    Declared once per chapter, a method keeps its colour in every figure, and no two
+    methods share a (colour, line style) pair."""
     if not methods:
         raise ValueError("method_styles needs at least one method name")
     repeated = sorted({m for m in methods if methods.count(m) > 1})

@@ -1,8 +1,6 @@
-"""Progress for long loops: a live bar for a reader, a few plain lines headless.
-
-Headless runs (``icmlbook run``, the tests) set ``ICMLBOOK_HEADLESS=1``; then
-the loop prints at most ``lines`` short lines, so executed notebooks stay small
-and readable. Never put a progress loop in a cell that nbval checks.
+"""Progress for long loops: a live bar for a reader; headless (``ICMLBOOK_HEADLESS=1``)
+at most ``lines`` short lines, so executed notebooks stay small. Never put a progress
+loop in a cell that nbval checks.
 """
 from __future__ import annotations
 

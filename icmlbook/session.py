@@ -8,9 +8,7 @@
     run.check("wealth identity (Eq. 5)", err, "<=", C_IDENTITY, "W_T = eps + sum c_t s_t")
     run.finding("KT vs tuned OGD, strict", ratio, "<=", 1.0, paper="...", shows="...")
     run.headline("validity at every scale", "Thm. 1, Fig. 2", claims=[...], findings=[...])
-    run.verdict()      # the robust verdict table and the paper's verdict; raises
-                       # ClaimFailed at default/full
-    ...
+    run.verdict()      # the verdict table; raises ClaimFailed at default/full
     run.finish()       # embeds the machine-readable record in the notebook
 """
 from __future__ import annotations
@@ -299,11 +297,8 @@ def solution_check(name: str, value: float, op: str, threshold: float, digits: i
 
 def start(chapter: str, tier: str = "default", seed: int = 0,
           params: dict[str, Any] | None = None, threads: int = 1, torch: bool = True) -> Session:
-    """Begin a chapter run: validate tier and seed, seed every generator, set torch up.
-
-    ``threads``: torch CPU threads (1 is fastest for tiny models on 2 cores).
-    ``torch=False`` skips importing torch for chapters that do not use it.
-    """
+    """Begin a chapter run: validate tier and seed, seed every generator, set torch up
+    (``threads`` CPU threads; ``torch=False`` for chapters that never import it)."""
     return Session(chapter, tier, seed, params, threads=threads, torch=torch)
 
 

@@ -139,12 +139,8 @@ class Block(nn.Module):
 
 
 class TinyGPT(nn.Module):
-    """Token ids (B, T) -> next-token logits (B, T, V).
-
-    ``embeds`` (B, T, d) may replace ``idx`` for models whose inputs are not
-    tokens (chapter 17); ``return_hidden=True`` returns the final hidden
-    states instead of logits, for a chapter's own heads.
-    """
+    """Token ids (B, T) -> next-token logits (B, T, V). ``embeds`` (B, T, d) may replace
+    ``idx`` (chapter 17); ``return_hidden=True`` returns the final hidden states."""
 
     def __init__(self, cfg: GPTConfig):
         super().__init__()
@@ -238,12 +234,9 @@ def generate(model: TinyGPT, prompt: Tensor, n_new: int, *, temperature: float =
              top_k: int | None = None, top_p: float | None = None,
              generator: torch.Generator | None = None,
              positions: PositionFn | None = None) -> Tensor:
-    """Sample ``n_new`` tokens after ``prompt`` (B, T0) -> (B, T0 + n_new).
-
-    No KV cache: every step re-reads the whole prefix (cheap at this size,
-    and any position scheme ``positions(idx)`` stays exact).
-    ``temperature=0`` means greedy decoding.
-    """
+    """Sample ``n_new`` tokens after ``prompt`` (B, T0) -> (B, T0 + n_new); greedy at
+    ``temperature=0``. No KV cache: every step re-reads the whole prefix (cheap at this
+    size, and any position scheme ``positions(idx)`` stays exact)."""
     idx = prompt
     for _ in range(n_new):
         logits = model(idx, **_positions(positions, idx))[:, -1]

@@ -1,9 +1,8 @@
 """The paper's verdict: headlines, findings, and the one rule that grades them.
 
-A chapter names its paper's headline claims (:meth:`Session.headline`), each tested by
-some of its paper claims and findings, and the rule below grades each headline and the
-paper on one ladder. The same rule grades a single run (from its record) and the seeds
-of a results file (from their pass counts), so the report and the chapter agree.
+A chapter names its paper's headline claims, each tested by some of its paper claims
+and findings. The rule below grades a single run and the seeds of a results file alike,
+so the report and the chapter agree.
 
 The rule (fixed before the final sweeps; a chapter cites it in its thresholds cell):
 
