@@ -91,10 +91,6 @@ class Result:
     def key(self) -> str:
         return run_key(f"ch{self.chapter}_{self.slug}", self.tier, self.seed, self.params)
 
-    def counts(self) -> str:
-        """Passed/total per kind, e.g. "paper claims 3/3, checks 2/2"."""
-        return tally((self.record or {}).get("claims", []))
-
     def kind_counts(self, kind: str) -> str:
         """"passed/total" of the claims of one kind ("" when there are none)."""
         return tally((self.record or {}).get("claims", []), kinds=(kind,), labels=False)
@@ -293,11 +289,8 @@ def coerce(raw: Any, default: Any) -> Any:
 
 
 def validate(chapter: Chapter, overrides: dict[str, Any]) -> dict[str, Any]:
-    """Check override names and values against the chapter; return the coerced overrides.
-
-    Raises :class:`ParameterError` for an unknown name or a value the chapter's
-    ``validate`` cell rejects (its own message). Runs in-process, no kernel.
-    """
+    """Check override names and values against the chapter (its ``validate`` cell, run
+    in-process); return the coerced overrides, or raise :class:`ParameterError`."""
     params = chapter.parameters
     unknown = [n for n in overrides if n not in params]
     if unknown:
@@ -326,14 +319,10 @@ def validate(chapter: Chapter, overrides: dict[str, Any]) -> dict[str, Any]:
 def run_jobs(jobs: list[Job], out_dir: Path, *, workers: int = 1, scheduler: str | None = None,
              inplace: bool = False, verbose: bool = False, records_dir: Path | None = None,
              resume: bool = False) -> list[Result]:
-    """Execute ``jobs`` and return their results in the order of ``jobs``.
-
-    One worker and no scheduler: in this process, one after the other (``verbose``
-    streams each chapter's output). Otherwise on Dask. ``records_dir`` gets each run's
-    record as soon as it finishes; ``resume`` reuses the records there whose chapter
-    code hash matches (a run that errored before its claims is run again). Ctrl-C
-    raises :class:`Interrupted` carrying the finished runs.
-    """
+    """Execute ``jobs`` (one worker and no scheduler: here, one after the other; else on
+    Dask) and return their results in order. ``records_dir`` gets each run's record as
+    soon as it finishes, so a killed worker or Ctrl-C (:class:`Interrupted`) loses no
+    finished run; ``resume`` reuses those with the chapter's current code hash."""
     out_dir = Path(out_dir)
     done: dict[int, Result] = {}
     say = partial(print, flush=True)
@@ -425,7 +414,7 @@ def describe(r: Result) -> str:
     """One line for a finished run: verdict, chapter, seed, time, paper claims, checks."""
     extra = f": {r.error}" if r.error else ""
     return (f"[{r.verdict.lower()}] {r.chapter} {r.slug} (tier {r.tier}, seed {r.seed}) in "
-            f"{r.seconds:.1f}s, {r.counts()}{extra}")
+            f"{r.seconds:.1f}s, {tally((r.record or {}).get('claims', []))}{extra}")
 
 
 # -- the tidy table -----------------------------------------------------------------------

@@ -55,10 +55,8 @@ class _Plain:
             self._line(n, time.perf_counter() - t0)
 
     def _line(self, n: int, seconds: float) -> None:
-        post = "  ".join(f"{k}={_fmt(v)}" for k, v in self.postfix.items())
+        post = "  ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
+                         for k, v in self.postfix.items())
         of = f"/{self.total}" if self.total else ""
         print(f"{self.desc}: {n}{of} ({seconds:.1f}s) {post}".rstrip(), flush=True)
 
-
-def _fmt(v: Any) -> str:
-    return f"{v:.4g}" if isinstance(v, float) else str(v)

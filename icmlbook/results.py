@@ -150,14 +150,11 @@ def summary_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         seen = [v for v in values if v == v]  # NaN is the one value unequal to itself
         worst = min(margin(v, op, thr) for v in values)
         versus = g[0]["versus"]
-        row = {
-            "kind": g[0]["kind"], "claim": name,
-            "isolates": versus if isinstance(versus, str) and versus else "-",
-            "needs": f"{op} {thr:.6g}",
-            "min": min(seen, default=math.nan),
-            "median": statistics.median(seen) if seen else math.nan,
-            "max": max(seen, default=math.nan),
-        }
+        row = {"kind": g[0]["kind"], "claim": name,
+               "isolates": versus if isinstance(versus, str) and versus else "-",
+               "needs": f"{op} {thr:.6g}", "min": min(seen, default=math.nan),
+               "median": statistics.median(seen) if seen else math.nan,
+               "max": max(seen, default=math.nan)}
         for split in SPLITS:
             part = [r for r in g if r["split"] == split]
             if part or split == "calibration":
@@ -205,10 +202,8 @@ def summary(df: Any) -> Any:
 
 def across_seeds(run: Any, root: str | Path | None = None) -> list[dict[str, Any]] | None:
     """The "Across seeds" cell: the chapter's committed results as a table and a strip
-    plot (one panel per claim, the threshold dashed). Returns the summary rows.
-
-    At the smoke tier the table is printed as text and the plot is left out, so the
-    cell imports neither pandas nor anything else it would not otherwise need."""
+    plot (one panel per claim, the threshold dashed); returns the summary rows. At the
+    smoke tier the table is text and there is no plot, so pandas is never imported."""
     from icmlbook.chapters import list_chapters
 
     stem = f"ch{run.chapter}"
