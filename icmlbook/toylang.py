@@ -177,10 +177,8 @@ class Tokenizer:
 
     @classmethod
     def for_grammar(cls, grammar: Grammar, level: str, specials: Sequence[str] = ()) -> Tokenizer:
-        if level == "word":
-            return cls(grammar.words, level, specials)
         chars = sorted(set("".join(grammar.words)) | {" "})
-        return cls(chars, level, specials)
+        return cls(grammar.words if level == "word" else chars, level, specials)
 
     def __len__(self) -> int:
         return len(self.symbols)

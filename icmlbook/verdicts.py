@@ -105,15 +105,9 @@ def grade(h: dict[str, Any], claims: dict[str, dict], findings: dict[str, bool |
         return "not reproduced", "findings against the paper: " + "; ".join(against)
     if not held and not fs:
         return "not reproduced", "no claim holds: " + "; ".join(failed)
-    parts = []
-    if weakened:
-        parts.append("holds only weaker: " + "; ".join(weakened))
-    if failed:
-        parts.append("fails: " + "; ".join(failed))
-    if against:
-        parts.append("against the paper: " + "; ".join(against))
-    if mixed:
-        parts.append("the paper's way on some seeds only: " + "; ".join(mixed))
+    parts = [f"{label}: " + "; ".join(names) for label, names in (
+        ("holds only weaker", weakened), ("fails", failed), ("against the paper", against),
+        ("the paper's way on some seeds only", mixed)) if names]
     if not parts:  # no claim tests it and every finding goes the paper's way
         parts.append("the paper's way in findings only, which are not pre-registered claims")
     return "partly", "; ".join(parts)
