@@ -1,14 +1,10 @@
 """icmlbook: the small support library of *ICML 2024, from scratch*.
 
-Three groups of modules (:data:`GROUPS`; README, "How the package is built"): the
-**kit** a chapter's kernel imports (its run, claims, verdict, results, figures and
-widgets), the **models** two or more chapters share, and the **tools** that run,
-sweep, benchmark and report on chapters from outside (no chapter imports them).
-Imports point from tools to models to kit, never back (a test holds it). The papers'
-algorithms live in the chapters (``book/chNN_slug.py``).
-
-``import icmlbook`` is light: torch, matplotlib and ipywidgets are imported
-only by the functions that need them.
+Three groups of modules (:data:`GROUPS`; README, "How the package is built"): the **kit**
+a chapter's kernel imports, the **models** two or more chapters share, and the **tools**
+that run, sweep, benchmark and report on chapters from outside. The papers' algorithms
+live in the chapters. ``import icmlbook`` is light: torch, matplotlib and ipywidgets are
+imported only by the functions that need them.
 """
 from __future__ import annotations
 
@@ -27,31 +23,21 @@ GROUPS = {
 before it (tools -> models -> kit)."""
 
 # public name -> module that defines it (imported on first use)
-_EXPORTS = {
-    "TIERS": "tiers",
-    "start": "session",
-    "Session": "session",
-    "ClaimFailed": "session",
-    "solution_check": "session",
-    "ParameterError": "params",
-    "check_tier": "params",
-    "check_seed": "params",
-    "check_int": "params",
-    "check_range": "params",
-    "check_choice": "params",
-    "progress": "progressbar",
-    "explore": "widgets",
-    "use_style": "plot",
-    "method_styles": "plot",
-    "log_axis": "plot",
-    "read_record": "record",
-    "MLP": "nn",
-    "Adam": "nn",
-    "seconds_in_turns": "timing",
-    "digits": "data",
-    "sweep": "batch",
-    "across_seeds": "results",
-}
+_EXPORTS = {name: module for module, names in {
+    "tiers": ("TIERS",),
+    "session": ("start", "Session", "ClaimFailed", "solution_check"),
+    "params": ("ParameterError", "check_tier", "check_seed", "check_int", "check_range",
+               "check_choice"),
+    "progressbar": ("progress",),
+    "widgets": ("explore",),
+    "plot": ("use_style", "method_styles", "log_axis"),
+    "record": ("read_record",),
+    "nn": ("MLP", "Adam"),
+    "timing": ("seconds_in_turns",),
+    "data": ("digits",),
+    "batch": ("sweep",),
+    "results": ("across_seeds",),
+}.items() for name in names}
 
 __all__ = sorted(_EXPORTS) + ["GROUPS", "__version__"]
 

@@ -1,21 +1,10 @@
-"""The batch engine: plan chapter runs, execute them with papermill (here or on Dask),
-collect their records, and make the tidy table of a sweep.
+"""The batch engine behind ``icmlbook run``, ``sweep`` and ``bench``: plan chapter runs,
+execute each with papermill in a fresh kernel (here, one after the other, or as Dask
+tasks), keep their records, and make the tidy table of a sweep.
 
     jobs = plan(chapters, "default", range(10), {})           # validated, no kernel yet
     results = run_jobs(jobs, Path("runs"), workers=2)         # papermill, one kernel each
     df = sweep(["05", "16"], seeds=range(10))                 # the same, as a tidy DataFrame
-
-Behind ``icmlbook run``, ``icmlbook sweep`` and ``icmlbook bench``. Each run is one
-papermill execution in a fresh kernel. One worker and no scheduler: in this process,
-one after the other. Otherwise each run is one Dask task, on an embedded
-``LocalCluster`` (one worker process per core, one thread each) or, with
-``scheduler=``, on a running cluster (its workers need this package installed and the
-repository at the same path). Every finished run's record is written to
-``OUT/records/`` at once, so a killed worker or a Ctrl-C loses nothing that had
-finished, and ``resume=True`` skips the runs already recorded for the same chapter
-code, tier, seed and parameters. Executed notebooks are named by their run key
-(chapter, tier, seed and parameters), so runs with other parameters never overwrite
-each other.
 """
 from __future__ import annotations
 
@@ -30,11 +19,12 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from icmlbook.chapters import Chapter, skip_iri_grammar
-from icmlbook.params import ParameterError, shown
+from icmlbook.params import ParameterError, check_seed, check_tier, shown
 from icmlbook.record import read_record, tally
 from icmlbook.results import split_of
 from icmlbook.tiers import RULES
@@ -47,9 +37,11 @@ ended before any claim gives one row with kind "error")."""
 
 
 def run_key(stem: str, tier: str, seed: int, params: dict[str, Any]) -> str:
-    """A file-name-safe name of one run: chapter, tier, seed and parameters."""
+    """A file-name-safe name of one run: chapter, tier, seed and parameters (executed
+    notebooks and records are named by it, so runs with other parameters never collide)."""
     extra = "".join(f".{k}={v}" for k, v in sorted(params.items()))
     return f"{stem}.{tier}.s{seed}{extra}".replace("/", "_").replace(" ", "")
+
 
 NOISE_CELL_KEYS = ("papermill", "execution", "ExecuteTime", "collapsed", "scrolled")
 # The kernel logs only critical errors: ipykernel otherwise warns on every start that local
@@ -99,10 +91,6 @@ class Result:
     def key(self) -> str:
         return run_key(f"ch{self.chapter}_{self.slug}", self.tier, self.seed, self.params)
 
-    def counts(self) -> str:
-        """Passed/total per kind, e.g. "paper claims 3/3, checks 2/2"."""
-        return tally((self.record or {}).get("claims", []))
-
     def kind_counts(self, kind: str) -> str:
         """"passed/total" of the claims of one kind ("" when there are none)."""
         return tally((self.record or {}).get("claims", []), kinds=(kind,), labels=False)
@@ -117,10 +105,8 @@ class Result:
         """PASS, FAILED, RECORDED (smoke: failures recorded, not enforced) or ERROR (the run
         ended before its claims), read from the run record's status."""
         status = (self.record or {}).get("status")
-        if not self.record or not self.record.get("claims"):
-            return "ERROR"
-        if not self.ok and status == "passed":  # a cell after the verdict failed
-            return "ERROR"
+        if not (self.record or {}).get("claims") or (not self.ok and status == "passed"):
+            return "ERROR"  # no claims, or a cell after the verdict failed
         return {"passed": "PASS", "failed": "FAILED", "recorded": "RECORDED"}.get(status, "ERROR")
 
     def as_json(self) -> dict[str, Any]:
@@ -238,8 +224,6 @@ def plan(chapters: list[Chapter], tier: str, seeds: Any, overrides: dict[str, An
     """The runs of ``chapters`` x ``seeds`` at ``tier``, each chapter's ``overrides``
     checked in-process first (names, and values through the chapter's validate cell):
     bad input raises :class:`ParameterError` naming the chapter, before any kernel."""
-    from icmlbook.params import check_seed, check_tier
-
     check_tier(tier)
     seeds = list(seeds)
     for s in seeds:
@@ -305,11 +289,8 @@ def coerce(raw: Any, default: Any) -> Any:
 
 
 def validate(chapter: Chapter, overrides: dict[str, Any]) -> dict[str, Any]:
-    """Check override names and values against the chapter; return the coerced overrides.
-
-    Raises :class:`ParameterError` for an unknown name or a value the chapter's
-    ``validate`` cell rejects (its own message). Runs in-process, no kernel.
-    """
+    """Check override names and values against the chapter (its ``validate`` cell, run
+    in-process); return the coerced overrides, or raise :class:`ParameterError`."""
     params = chapter.parameters
     unknown = [n for n in overrides if n not in params]
     if unknown:
@@ -337,17 +318,14 @@ def validate(chapter: Chapter, overrides: dict[str, Any]) -> dict[str, Any]:
 # -- many runs ----------------------------------------------------------------------------
 def run_jobs(jobs: list[Job], out_dir: Path, *, workers: int = 1, scheduler: str | None = None,
              inplace: bool = False, verbose: bool = False, records_dir: Path | None = None,
-             resume: bool = False, bar: bool | None = None) -> list[Result]:
-    """Execute ``jobs`` and return their results in the order of ``jobs``.
-
-    One worker and no scheduler: in this process, one after the other (``verbose``
-    streams each chapter's output). Otherwise on Dask. ``records_dir`` gets each run's
-    record as soon as it finishes; ``resume`` reuses the records there whose chapter
-    code hash matches (a run that errored before its claims is run again). Ctrl-C
-    raises :class:`Interrupted` carrying the finished runs.
-    """
+             resume: bool = False) -> list[Result]:
+    """Execute ``jobs`` (one worker and no scheduler: here, one after the other; else on
+    Dask) and return their results in order. ``records_dir`` gets each run's record as
+    soon as it finishes, so a killed worker or Ctrl-C (:class:`Interrupted`) loses no
+    finished run; ``resume`` reuses those with the chapter's current code hash."""
     out_dir = Path(out_dir)
     done: dict[int, Result] = {}
+    say = partial(print, flush=True)
     if resume and records_dir is not None:
         old = load_records(records_dir)
         for i, job in enumerate(jobs):
@@ -355,8 +333,7 @@ def run_jobs(jobs: list[Job], out_dir: Path, *, workers: int = 1, scheduler: str
             if r is not None and r.code_hash == job.chapter.code_hash and r.record:
                 done[i] = r
         if done:
-            print(f"[resume] {len(done)} of {len(jobs)} run(s) already recorded for this code",
-                  flush=True)
+            say(f"[resume] {len(done)} of {len(jobs)} run(s) already recorded for this code")
     todo = [i for i in range(len(jobs)) if i not in done]
 
     def finished(i: int, r: Result, say) -> None:
@@ -369,20 +346,18 @@ def run_jobs(jobs: list[Job], out_dir: Path, *, workers: int = 1, scheduler: str
         if todo and scheduler is None and min(workers, len(todo)) <= 1:
             for i in todo:
                 job = jobs[i]
-                print(f"[start] {job.chapter.number} {job.chapter.slug} (tier {job.tier}, "
-                      f"seed {job.seed})", flush=True)
-                finished(i, run_job(job, out_dir, inplace, verbose),
-                         lambda s: print(s, flush=True))
+                say(f"[start] {job.chapter.number} {job.chapter.slug} (tier {job.tier}, "
+                    f"seed {job.seed})")
+                finished(i, run_job(job, out_dir, inplace, verbose), say)
         elif todo:
-            _on_dask([(i, jobs[i]) for i in todo], out_dir, inplace, workers, scheduler, bar,
-                     finished)
+            _on_dask([(i, jobs[i]) for i in todo], out_dir, inplace, workers, scheduler, finished)
     except KeyboardInterrupt:
         raise Interrupted([done[i] for i in sorted(done)]) from None
     return [done[i] for i in range(len(jobs))]
 
 
 def _on_dask(todo: list[tuple[int, Job]], out_dir: Path, inplace: bool, workers: int,
-             scheduler: str | None, bar: bool | None, finished) -> None:
+             scheduler: str | None, finished) -> None:
     from distributed import Client, LocalCluster, as_completed
     from tqdm.auto import tqdm
 
@@ -405,8 +380,8 @@ def _on_dask(todo: list[tuple[int, Job]], out_dir: Path, inplace: bool, workers:
         client = Client(scheduler, timeout=30)
         where = f"the cluster at {scheduler}"
     progress = tqdm(total=len(todo), desc="runs", unit="run", file=sys.stderr,
-                    disable=(not sys.stderr.isatty()) if bar is None else not bar)
-    say = progress.write if not progress.disable else (lambda s: print(s, flush=True))
+                    disable=not sys.stderr.isatty())
+    say = progress.write if not progress.disable else partial(print, flush=True)
     say(f"[dask] {len(todo)} run(s) on {where}")
     futures = {}
     try:
@@ -439,7 +414,7 @@ def describe(r: Result) -> str:
     """One line for a finished run: verdict, chapter, seed, time, paper claims, checks."""
     extra = f": {r.error}" if r.error else ""
     return (f"[{r.verdict.lower()}] {r.chapter} {r.slug} (tier {r.tier}, seed {r.seed}) in "
-            f"{r.seconds:.1f}s, {r.counts()}{extra}")
+            f"{r.seconds:.1f}s, {tally((r.record or {}).get('claims', []))}{extra}")
 
 
 # -- the tidy table -----------------------------------------------------------------------

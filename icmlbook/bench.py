@@ -1,8 +1,5 @@
 """``icmlbook bench``: wall time, peak memory and notebook size against the budgets.
-
-Run it with nothing else on the machine: on 2 cores a parallel job slows a
-chapter several-fold. Chapters run one at a time, each in a fresh kernel.
-"""
+Chapters run one at a time: on 2 cores a parallel job slows a chapter several-fold."""
 from __future__ import annotations
 
 import platform

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import ast
 import hashlib
+import json
 import os
 import re
+import sys
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -20,15 +22,12 @@ from icmlbook.params import shown
 
 
 def skip_iri_grammar() -> None:
-    """Keep nbformat's first import fast: jsonschema, which nbformat loads, registers an
-    IRI format check when ``rfc3987_syntax`` is installed, and importing that package
-    compiles a grammar (over 3 s of CPU, in every process that reads a notebook).
-    Notebook schemas never use that format, so the import is blocked in this process
-    (a ``None`` entry in ``sys.modules`` makes it raise ImportError, which jsonschema
-    expects). An import already done is left as it is."""
-    import sys
-
+    """Keep nbformat's first import fast: jsonschema registers an IRI format check when
+    ``rfc3987_syntax`` is installed, whose import compiles a grammar (over 3 s of CPU).
+    Notebook schemas never use that format, so the import is blocked in this process (a
+    ``None`` in ``sys.modules`` raises the ImportError jsonschema expects)."""
     sys.modules.setdefault("rfc3987_syntax", None)
+
 
 CHAPTER_RE = re.compile(r"^ch(\d\d)_([a-z0-9_]+)$")
 
@@ -69,11 +68,9 @@ class Chapter:
 
     @cached_property
     def _light_cells(self) -> list[tuple[str, list[str], str]]:
-        """(kind, tags, source) of each cell, scanned straight from the py:percent text:
-        a tenth of the time of a full jupytext read (whose first import alone takes
-        seconds), which the CLI's checks of every chapter's parameters, ``icmlbook
-        list`` and each chapter's Across-seeds cell would otherwise pay. A structure
-        test holds it equal to jupytext's reading of every chapter."""
+        """(kind, tags, source) of each cell, scanned straight from the py:percent text: a
+        tenth of the time of a jupytext read, which the CLI's parameter checks and each
+        Across-seeds cell would otherwise pay. A structure test holds the two equal."""
         return percent_cells(self.py.read_text(encoding="utf-8"))
 
     @property
@@ -94,16 +91,10 @@ class Chapter:
 
     @property
     def code_hash(self) -> str:
-        """A hash of what the chapter's code cells do: it changes with the code, not
-        with the prose, the comments or the layout.
-
-        Each top-level statement is hashed through its syntax tree
-        (:func:`code_statements`), so re-wrapping a line, reformatting a cell, or
-        splitting a long cell in two (or joining two) keeps the hash, and a formatter is
-        shown to have changed nothing when the hash stays. Results files are stamped
-        with it; a results file whose stamp differs from the chapter's current hash is
-        stale. Cells tagged ``solution`` (the exercises' worked solutions, which run after
-        the verdict and touch no claim or record) are left out."""
+        """A hash of what the chapter's code cells do, through :func:`code_statements`: it
+        changes with the code, not with prose, comments, layout or where cells are cut.
+        Results files are stamped with it. Cells tagged ``solution`` (worked solutions,
+        which touch no claim or record) are left out."""
         code = [stmt for kind, tags, source in self._light_cells
                 if kind == "code" and "solution" not in tags
                 for stmt in code_statements(source)]
@@ -111,7 +102,7 @@ class Chapter:
 
     @property
     def results_file(self) -> Path:
-        """``results/chNN_slug.csv``: the claim values over seeds 0-9 at the default tier."""
+        """``results/chNN_slug.csv``: the claim values over the committed seeds."""
         return self.root / "results" / f"{self.stem}.csv"
 
     @property
@@ -133,12 +124,10 @@ _HEADER = re.compile(r"^# %%(?P<md> \[markdown\])?(?:\s+tags=(?P<tags>\[[^\]]*\]
 
 
 def code_statements(source: str) -> list[str]:
-    """The syntax tree of each top-level statement of a code cell as text: the same for
-    the same program whatever its comments, docstrings, line breaks, quotes or spacing,
-    and across Python versions (fields that are empty or None are left out, as newer
-    ``ast.dump`` does). One statement at a time, so that where a chapter's code is cut
-    into cells does not matter. A cell that does not parse as Python (a notebook magic)
-    is one statement, as written."""
+    """The syntax tree of each top-level statement of a code cell as text: the same whatever
+    the comments, docstrings, line breaks, quotes or spacing, and across Python versions
+    (empty or None fields are left out, as newer ``ast.dump`` does). A cell that does not
+    parse (a notebook magic) is one statement, as written."""
     try:
         tree = ast.parse(source)
     except SyntaxError:
@@ -167,13 +156,11 @@ def percent_cells(text: str) -> list[tuple[str, list[str], str]]:
 
     Enough for the cells the package reads by tag (parameters, validate, thresholds)
     and for the title; everything else reads the full notebook with jupytext."""
-    import json as _json
-
     cells: list[tuple[str, list[str], list[str]]] = []
     for line in text.splitlines():
         m = _HEADER.match(line)
         if m:
-            tags = _json.loads(m.group("tags")) if m.group("tags") else []
+            tags = json.loads(m.group("tags")) if m.group("tags") else []
             cells.append(("markdown" if m.group("md") else "code", tags, []))
         elif cells:
             kind, _, body = cells[-1]
@@ -240,11 +227,8 @@ def resolve(name: str, chapters: list[Chapter]) -> Chapter:
 
 
 def parse_parameters(source: str, literal: bool = True) -> dict[str, Parameter]:
-    """Names, literal defaults and comments of a parameters cell: the trailing
-    comment, or else the block of comment lines right above the assignment (for a
-    comment too long to share the line).
-
-    ``literal=False`` keeps a value that is not a literal as its source text."""
+    """Names, literal defaults and comments (trailing, or the comment lines right above)
+    of a parameters cell. ``literal=False`` keeps a non-literal value as its source."""
     tree = ast.parse(source)
     lines = source.splitlines()
     params: dict[str, Parameter] = {}

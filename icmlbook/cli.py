@@ -1,12 +1,7 @@
 """The ``icmlbook`` command: list, run, sweep and benchmark chapters; write the report.
 
-    icmlbook list
     icmlbook run 5 --tier smoke --seed 3 --json r.json
-    icmlbook run --all --jobs 2 --out runs/
-    icmlbook run 05 --inplace            # re-execute the committed notebook
     icmlbook sweep 5 16 --seeds 0-9      # chapters x seeds on Dask, a tidy table
-    icmlbook sweep 5 --seeds 0-9 --update-results && icmlbook report
-    icmlbook bench --all --out bench.md
 
 Bad input (unknown chapter, tier or parameter, a value the chapter rejects)
 exits with status 2 before any kernel starts; a chapter that fails exits 1.
@@ -20,13 +15,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from icmlbook.params import SEED_MAX, shown
+from icmlbook.params import SEED_MAX, ParameterError, shown
 from icmlbook.tiers import (CALIBRATION_SEEDS, COMMITTED_SEED, COMMITTED_TIER,
                             CONFIRMATION_SEEDS, TIERS)
 
 
 class UsageError(Exception):
-    """Bad input: reported in one message, exit status 2."""
+    """Bad input: reported in one message, exit status 2 (as is a :class:`ParameterError`
+    from :func:`icmlbook.batch.plan`)."""
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -34,7 +30,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return args.func(args)
-    except UsageError as exc:
+    except (UsageError, ParameterError) as exc:
         print(f"icmlbook: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:  # before or after the runs (during them: see cmd_run)
@@ -156,17 +152,6 @@ def cmd_list(args: argparse.Namespace) -> int:
     return 0
 
 
-def _jobs(chapters: list[Any], tier: str, seeds: list[int], overrides: dict[str, Any]) -> list:
-    """:func:`icmlbook.batch.plan`, with bad input as a :class:`UsageError`."""
-    from icmlbook.batch import plan
-    from icmlbook.params import ParameterError
-
-    try:
-        return plan(chapters, tier, seeds, overrides)
-    except ParameterError as exc:
-        raise UsageError(str(exc)) from exc
-
-
 def _overrides(pairs: list[list[str]], seed_flag: str) -> dict[str, str]:
     """``-p NAME VALUE`` pairs as a dict: each name once; tier and seed have own flags."""
     own = {"tier": "--tier", "seed": seed_flag}
@@ -191,8 +176,7 @@ def _writable_file(path: str | None, flag: str) -> None:
         if not path or p.is_dir() or not p.parent.is_dir():
             raise UsageError(f"{flag} {shown(path)}: needs a file in an existing folder")
         existed = p.exists()
-        with open(p, "a", encoding="utf-8"):
-            pass
+        open(p, "a", encoding="utf-8").close()
         if not existed:
             p.unlink()
     except OSError as exc:
@@ -208,8 +192,7 @@ def _writable_dir(path: str, flag: str) -> None:
         if not path or (p.exists() and not p.is_dir()):
             raise UsageError(f"{flag} {shown(path)}: needs a folder")
         p.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryFile(dir=p):
-            pass
+        tempfile.TemporaryFile(dir=p).close()
     except OSError as exc:
         raise UsageError(f"{flag} {shown(path)}: cannot write there ({exc.strerror})") from None
 
@@ -222,11 +205,6 @@ def _workers(asked: int, runs: int, flag: str) -> int:
         print(f"note: {flag} {n} kernels at once on {cores} core(s); each will run slower",
               file=sys.stderr)
     return n
-
-
-def _seed_ok(seed: int, flag: str) -> None:
-    if not 0 <= seed <= SEED_MAX:
-        raise UsageError(f"{flag} must be an integer in [0, {SEED_MAX}]; got {shown(seed)}")
 
 
 def parse_seeds(spec: str) -> list[int]:
@@ -246,17 +224,18 @@ def parse_seeds(spec: str) -> list[int]:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from icmlbook.batch import Interrupted, run_jobs
+    from icmlbook.batch import Interrupted, plan, run_jobs
 
     chapters = _select(args)
     if args.jobs < 1:
         raise UsageError("--jobs must be at least 1")
-    _seed_ok(args.seed, "--seed")
+    if not 0 <= args.seed <= SEED_MAX:
+        raise UsageError(f"--seed must be an integer in [0, {SEED_MAX}]; got {shown(args.seed)}")
     overrides = _overrides(args.param, "--seed")
     if args.inplace and (args.tier != COMMITTED_TIER or args.seed != COMMITTED_SEED or overrides):
         raise UsageError("--inplace stores the committed outputs: default tier, seed 0, "
                          "no -p (use --out for other runs)")
-    jobs = _jobs(chapters, args.tier, [args.seed], overrides)
+    jobs = plan(chapters, args.tier, [args.seed], overrides)
     _writable_dir(args.out, "--out")
     _writable_file(args.json, "--json")
     workers = _workers(args.jobs, len(jobs), "--jobs")
@@ -287,7 +266,7 @@ def _table(results: list[Any]) -> None:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
-    from icmlbook.batch import Interrupted, run_jobs, tidy, write_tables
+    from icmlbook.batch import Interrupted, plan, run_jobs, tidy, write_tables
 
     chapters = _select(args)
     seeds = parse_seeds(args.seeds)
@@ -299,7 +278,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
                                 or overrides):
         raise UsageError("--update-results writes the committed results: --seeds 0-9 "
                          "(calibration) or 0-19 (with confirmation), --tier default, no -p")
-    jobs = _jobs(chapters, args.tier, seeds, overrides)
+    jobs = plan(chapters, args.tier, seeds, overrides)
     _writable_dir(args.out, "--out")
     _writable_file(args.json, "--json")
     out = Path(args.out)

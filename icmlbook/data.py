@@ -1,9 +1,5 @@
-"""Small datasets the chapters share, read without importing the library that ships them.
-
-:func:`digits` returns scikit-learn's bundled 8x8 handwritten digits, the data of
-``sklearn.datasets.load_digits``, straight from the CSV inside the installed
-scikit-learn package: importing scikit-learn itself costs a second or two, more than
-the smoke tier can spare.
+"""Small datasets the chapters share, read without importing the library that ships
+them: importing scikit-learn costs a second or two, more than the smoke tier can spare.
 """
 from __future__ import annotations
 

@@ -24,14 +24,10 @@ class MLP(nn.Sequential):
 
 
 class Adam:
-    """Adam (Kingma & Ba), and AdamW with ``decoupled=True``: the arithmetic of
-    ``torch.optim.Adam``/``AdamW`` on CPU, operation for operation, so a model trains
-    to the same bits, without ``torch.optim``, whose first step imports
-    ``torch._dynamo`` (2-3 s of CPU, a large part of a smoke run).
-
-    ``params`` is an iterable of tensors; ``lr`` may be changed between steps (a
-    schedule). Like torch, each parameter counts its own steps from its first gradient.
-    """
+    """Adam (Kingma & Ba), and AdamW with ``decoupled=True``: ``torch.optim``'s arithmetic
+    on CPU, operation for operation (a model trains to the same bits), without its first
+    step's import of ``torch._dynamo`` (2-3 s of CPU, a large part of a smoke run).
+    ``lr`` may be changed between steps; each parameter counts its own steps."""
 
     def __init__(self, params, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
                  eps: float = 1e-8, weight_decay: float = 0.0, decoupled: bool = False):

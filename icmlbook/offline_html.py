@@ -1,22 +1,15 @@
 """Sphinx extension: the HTML book loads MathJax and the widget manager from the build.
 
-Jupyter Book 1.x takes MathJax from a CDN, and myst-nb takes require.js and the
-ipywidgets html-manager from CDNs too; offline, every formula shows as raw TeX and
-every widget snapshot shows only its static image. This extension vendors the three
-JavaScript packages from the npm registry at build time (pinned versions, checked
-against their sha512 integrity), copies the files the page needs into
-``_static/vendor/`` and points Sphinx and myst-nb at them, so that the built book
-makes no request outside its own folder.
+Jupyter Book takes MathJax, require.js and the ipywidgets html-manager from CDNs;
+offline, every formula shows as raw TeX and every widget only its static image. This
+extension vendors the three from the npm registry at build time (pinned versions, checked
+against their sha512 integrity) into ``_static/vendor/``, so the built book makes no
+request outside its own folder. npm, because no PyPI package ships the html-manager;
+MathJax comes the same way, for one mechanism and one cache.
 
-Why npm rather than a PyPI package: no PyPI package ships the ipywidgets
-html-manager, so npm is needed for the widgets anyway; taking MathJax from the same
-place, at a pinned 3.x version, gives one mechanism and one cache instead of two.
-
-The downloads are cached in ``.vendor/`` at the repository root (ignored by git), so
-only the first build needs the registry; ``ICMLBOOK_VENDOR_DIR`` moves the cache.
-Enable it in ``_config.yml`` with ``sphinx: extra_extensions: [icmlbook.offline_html]``,
-and point ``mathjax_path`` and ``nb_ipywidgets_js`` (``sphinx: config:``) at the files
-under ``vendor/`` (paths relative to ``_static``).
+The downloads are cached in ``.vendor/`` (ignored by git; ``ICMLBOOK_VENDOR_DIR`` moves
+it). ``_config.yml`` enables the extension (``sphinx: extra_extensions``) and points
+``mathjax_path`` and ``nb_ipywidgets_js`` at the files under ``vendor/``.
 """
 from __future__ import annotations
 
@@ -56,14 +49,6 @@ PACKAGES = {
     ),
 }
 
-# where each package lands under _static/vendor/
-TARGET = {"mathjax": "mathjax", "requirejs": "requirejs",
-          "@jupyter-widgets/html-manager": "@jupyter-widgets/html-manager"}
-
-
-def _cache_dir() -> Path:
-    return Path(os.environ.get("ICMLBOOK_VENDOR_DIR", ROOT / ".vendor"))
-
 
 def _integrity(path: Path) -> str:
     digest = hashlib.sha512(path.read_bytes()).digest()
@@ -73,7 +58,7 @@ def _integrity(path: Path) -> str:
 def _tarball(name: str) -> Path:
     """The package's tarball in the cache, fetched with `npm pack` when missing."""
     version, integrity, _ = PACKAGES[name]
-    cache = _cache_dir()
+    cache = Path(os.environ.get("ICMLBOOK_VENDOR_DIR", ROOT / ".vendor"))
     cache.mkdir(parents=True, exist_ok=True)
     tgz = cache / f"{name.replace('@', '').replace('/', '-')}-{version}.tgz"
     if not (tgz.exists() and _integrity(tgz) == integrity):
@@ -116,22 +101,19 @@ def vendor(dest: Path) -> dict[str, Path]:
     """Unpack the kept files of every package under ``dest`` (``_static/vendor``)."""
     out = {}
     for name, (version, _, patterns) in PACKAGES.items():
-        target = dest / TARGET[name]
+        target = dest / name
         stamp = target / ".version"
         if not (stamp.exists() and stamp.read_text() == version):
             shutil.rmtree(target, ignore_errors=True)
             target.mkdir(parents=True)
             with tarfile.open(_tarball(name)) as tar:
                 for m in tar.getmembers():
-                    if not m.isfile() or not _wanted(m.name, patterns):
-                        continue
                     rel = Path(m.name.removeprefix("package/"))
-                    if ".." in rel.parts:
-                        continue
-                    path = target / rel
-                    path.parent.mkdir(parents=True, exist_ok=True)
-                    with tar.extractfile(m) as src, open(path, "wb") as dst:
-                        shutil.copyfileobj(src, dst)
+                    if m.isfile() and _wanted(m.name, patterns) and ".." not in rel.parts:
+                        path = target / rel
+                        path.parent.mkdir(parents=True, exist_ok=True)
+                        with tar.extractfile(m) as src, open(path, "wb") as dst:
+                            shutil.copyfileobj(src, dst)
             stamp.write_text(version)
         out[name] = target
     return out
@@ -168,6 +150,7 @@ def _drop_thebe(app, pagename, templatename, context, doctree) -> None:
     files = context.get("script_files")
     if not files:
         return
+
     def thebe(js) -> bool:
         name = str(getattr(js, "filename", js) or "")
         body = str(getattr(js, "attributes", {}).get("body", ""))

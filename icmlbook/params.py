@@ -1,11 +1,7 @@
-"""Parameter checks for a chapter's validation cell.
-
-A chapter validates its parameters cell right after it, with these helpers.
-They raise :class:`ParameterError` with a message that names the parameter,
-the value and what is allowed, and return None (so the validation cell shows no
-output). ``icmlbook run`` executes the parameters and
-validation cells in-process before any kernel starts, so the same message
-reaches a batch user with exit status 2. Keep that cell free of heavy imports.
+"""Parameter checks for a chapter's validation cell: a :class:`ParameterError` whose one
+line names the parameter, the value and what is allowed, or None (the cell shows no
+output). ``icmlbook run`` executes that cell in-process before any kernel starts, so the
+same message reaches a batch user with exit status 2: keep it free of heavy imports.
 """
 from __future__ import annotations
 

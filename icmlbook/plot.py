@@ -1,15 +1,5 @@
-"""The book's matplotlib style: one look for every chapter, one colour per method.
-
-* :func:`use_style` sets the rc parameters (a dpi at which a five-panel strip reads,
-  small PNGs, no chart junk).
-* :func:`method_styles` fixes a colour and a line style per method for a whole
-  chapter, so a method never changes colour between figures and two methods never
-  share one; :data:`COLOUR_NAMES` gives the word the prose uses for each colour.
-* :func:`log_axis` puts a log scale on an axis whose tick labels do not overlap,
-  whatever the span of the data.
-* :func:`sketch_figures` is the smoke tier's way of drawing: every artist is still
-  drawn, but without the layout passes nobody looks at there.
-"""
+"""The book's matplotlib style: one look for every chapter, one colour per method, log
+axes whose labels do not overlap, and the smoke tier's cheaper way of drawing."""
 from __future__ import annotations
 
 import math
@@ -18,8 +8,7 @@ from typing import Any
 PALETTE = ["#1b6ca8", "#d1495b", "#2a9d8f", "#edae49", "#6a4c93", "#555555", "#8ab17d"]
 """Colour-blind-friendly enough for up to seven methods; use in this order."""
 
-COLOUR_NAMES = dict(zip(PALETTE, ["blue", "red", "teal", "amber", "purple", "grey",
-                                  "green"]))
+COLOUR_NAMES = dict(zip(PALETTE, ["blue", "red", "teal", "amber", "purple", "grey", "green"]))
 """The word for each palette colour, for prose and legends ("the red curve")."""
 
 _SKETCH = False
@@ -38,18 +27,14 @@ def sketch_figures(on: bool = True) -> None:
     (about a tenth of the whole run). ``on=False`` restores the reader's figures."""
     global _SKETCH
     import matplotlib as mpl
+    from IPython import get_ipython
 
     _SKETCH = on
     mpl.rcParams["figure.constrained_layout.use"] = not on
-    try:
-        from IPython import get_ipython
-    except ImportError:  # pragma: no cover - IPython comes with the notebook stack
-        return
     if get_ipython() is not None and "inline" in mpl.get_backend():
         from matplotlib_inline.config import InlineBackend
 
-        InlineBackend.instance().print_figure_kwargs = {"bbox_inches": None if on
-                                                        else "tight"}
+        InlineBackend.instance().print_figure_kwargs = {"bbox_inches": None if on else "tight"}
 
 
 def use_style(dpi: int = 100) -> None:
@@ -59,45 +44,28 @@ def use_style(dpi: int = 100) -> None:
     from cycler import cycler
 
     mpl.rcParams.update({
-        "figure.figsize": (7.0, 3.4),
-        "figure.dpi": dpi,
-        "savefig.dpi": dpi,
-        "figure.constrained_layout.use": not _SKETCH,
-        "axes.prop_cycle": cycler(color=PALETTE),
-        "axes.spines.top": False,
-        "axes.spines.right": False,
-        "axes.grid": True,
-        "grid.alpha": 0.25,
-        "axes.titlesize": 10,
-        "axes.labelsize": 9,
-        "xtick.labelsize": 8,
-        "ytick.labelsize": 8,
-        "legend.fontsize": 8,
-        "legend.frameon": False,
-        "lines.linewidth": 1.4,
-        "image.cmap": "viridis",
+        "figure.figsize": (7.0, 3.4), "figure.dpi": dpi, "savefig.dpi": dpi,
+        "figure.constrained_layout.use": not _SKETCH, "axes.prop_cycle": cycler(color=PALETTE),
+        "axes.spines.top": False, "axes.spines.right": False,
+        "axes.grid": True, "grid.alpha": 0.25, "axes.titlesize": 10, "axes.labelsize": 9,
+        "xtick.labelsize": 8, "ytick.labelsize": 8, "legend.fontsize": 8,
+        "legend.frameon": False, "lines.linewidth": 1.4, "image.cmap": "viridis",
     })
 
 
 def method_styles(*methods: str) -> dict[str, dict[str, Any]]:
     """A fixed style per method, in the order given: ``{name: {"color", "linestyle",
     "label"}}``, to unpack into every plot call (``ax.plot(x, y, **STYLE[name])``).
-
-    Declare every method the chapter draws once, near its top: then a method keeps its
-    colour in every figure, whatever else a figure shows, and no two methods share a
-    (colour, line style) pair. The first seven get the palette's colours with solid
-    lines; later ones reuse the colours with the next line style."""
+    Declared once per chapter, a method keeps its colour in every figure, and no two
+    methods share a (colour, line style) pair."""
     if not methods:
         raise ValueError("method_styles needs at least one method name")
     repeated = sorted({m for m in methods if methods.count(m) > 1})
     if repeated:
         raise ValueError(f"method named twice: {', '.join(repeated)}")
-    styles = {}
-    for i, name in enumerate(methods):
-        colour = PALETTE[i % len(PALETTE)]
-        linestyle = LINESTYLES[(i // len(PALETTE)) % len(LINESTYLES)]
-        styles[name] = {"color": colour, "linestyle": linestyle, "label": name}
-    return styles
+    return {name: {"color": PALETTE[i % len(PALETTE)],
+                   "linestyle": LINESTYLES[(i // len(PALETTE)) % len(LINESTYLES)], "label": name}
+            for i, name in enumerate(methods)}
 
 
 def log_axis(ax: Any, axis: str = "y") -> None:

@@ -1,8 +1,6 @@
-"""Progress for long loops: a live bar for a reader, a few plain lines headless.
-
-Headless runs (``icmlbook run``, the tests) set ``ICMLBOOK_HEADLESS=1``; then
-the loop prints at most ``lines`` short lines, so executed notebooks stay small
-and readable. Never put a progress loop in a cell that nbval checks.
+"""Progress for long loops: a live bar for a reader; headless (``ICMLBOOK_HEADLESS=1``)
+at most ``lines`` short lines, so executed notebooks stay small. Never put a progress
+loop in a cell that nbval checks.
 """
 from __future__ import annotations
 
@@ -57,10 +55,8 @@ class _Plain:
             self._line(n, time.perf_counter() - t0)
 
     def _line(self, n: int, seconds: float) -> None:
-        post = "  ".join(f"{k}={_fmt(v)}" for k, v in self.postfix.items())
+        post = "  ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
+                         for k, v in self.postfix.items())
         of = f"/{self.total}" if self.total else ""
         print(f"{self.desc}: {n}{of} ({seconds:.1f}s) {post}".rstrip(), flush=True)
 
-
-def _fmt(v: Any) -> str:
-    return f"{v:.4g}" if isinstance(v, float) else str(v)

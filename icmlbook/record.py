@@ -28,6 +28,13 @@ def tally(claims: list[dict[str, Any]], kinds: tuple[str, ...] = KINDS,
     return ", ".join(parts)
 
 
+def holding(claims: list[dict[str, Any]]) -> str:
+    """Passed/total per kind present, as a run's verdict and record say it: "3/3 paper
+    claims and 2/2 checks" ("" when there are none)."""
+    return " and ".join(f"{tally(claims, (k,), labels=False)} {SECTIONS[k]}" for k in KINDS
+                        if any(c["kind"] == k for c in claims))
+
+
 def read_record(notebook: str | Path | dict) -> dict[str, Any] | None:
     """The last icmlbook record in an executed notebook (path or nbformat dict), or None."""
     if isinstance(notebook, (str, Path)):

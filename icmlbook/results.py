@@ -2,22 +2,22 @@
 
 Seeds 0-9 are the **calibration** seeds (thresholds are set on them) and seeds 10-19
 the **confirmation** seeds (swept once, after the thresholds are frozen); the ``split``
-column says which. ``results/chNN_slug.csv`` is written by ``icmlbook sweep CH --seeds
-0-19 --update-results`` (or ``0-9`` for calibration alone) and stamped with the hash of the chapter's code cells, so a code
-change makes it stale (the structure tests say so) while a prose edit does not.
-A chapter's "Across seeds" cell shows it with :func:`across_seeds`; the
-reproduction report (:mod:`icmlbook.report`) gathers all of them.
+column says which. ``results/chNN_slug.csv`` is written by :data:`REFRESH` and stamped
+with the hash of the chapter's code cells, so a code change makes it stale (the structure
+tests say so) while a prose edit does not. A chapter's "Across seeds" cell shows it with
+:func:`across_seeds`; the reproduction report (:mod:`icmlbook.report`) gathers all of them.
 """
 from __future__ import annotations
 
+import json
 import math
+import statistics
 from pathlib import Path
 from typing import Any
 
 from icmlbook.chapters import Chapter
 from icmlbook.tiers import CALIBRATION_SEEDS, COMMITTED_TIER, CONFIRMATION_SEEDS, RULES
 
-RESULTS_TIER = COMMITTED_TIER
 SPLITS = {"calibration": CALIBRATION_SEEDS, "confirmation": CONFIRMATION_SEEDS}
 COLUMNS = ["seed", "split", "kind", "versus", "name", "value", "op", "threshold", "passed",
            "strength", "provenance", "strict", "strict_passed", "seconds", "peak_mb",
@@ -57,8 +57,8 @@ def write_results(chapter: Chapter, df: Any) -> Path:
     problems = []
     if seeds not in (CALIBRATION_SEEDS, CALIBRATION_SEEDS + CONFIRMATION_SEEDS):
         problems.append(f"seeds {list(seeds)} (need 0-9 or 0-19)")
-    if set(rows["tier"]) != {RESULTS_TIER}:
-        problems.append(f"tier {sorted(set(rows['tier']))} (need {RESULTS_TIER})")
+    if set(rows["tier"]) != {COMMITTED_TIER}:
+        problems.append(f"tier {sorted(set(rows['tier']))} (need {COMMITTED_TIER})")
     if (rows["kind"] == "error").any():
         problems.append("runs that ended in an error")
     if set(rows["code_hash"]) != {chapter.code_hash}:
@@ -77,8 +77,6 @@ def write_results(chapter: Chapter, df: Any) -> Path:
 def write_sidecar(chapter: Chapter, record: dict[str, Any]) -> Path | None:
     """``results/chNN_slug.json``: the headlines, the paper's verdict rule's inputs that do
     not vary by seed (statements of claims and findings), from one run's record."""
-    import json
-
     path = chapter.results_file.with_suffix(".json")
     if not record.get("headlines") and not record.get("findings"):
         path.unlink(missing_ok=True)
@@ -96,8 +94,6 @@ def write_sidecar(chapter: Chapter, record: dict[str, Any]) -> Path | None:
 
 def read_sidecar(chapter: Chapter) -> dict[str, Any] | None:
     """The chapter's ``.json`` sidecar (headlines and statements), or None."""
-    import json
-
     path = chapter.results_file.with_suffix(".json")
     return json.loads(path.read_text(encoding="utf-8")) if path.exists() else None
 
@@ -106,20 +102,34 @@ def read_results(chapter: Chapter) -> Any:
     """The chapter's results file as a DataFrame, or None if it has none."""
     import pandas as pd
 
-    path = chapter.results_file
-    if not path.exists():
+    rows = read_rows(chapter)
+    return None if rows is None else pd.DataFrame(rows, columns=COLUMNS)
+
+
+def read_rows(chapter: Chapter) -> list[dict[str, Any]] | None:
+    """The chapter's results file as plain rows, typed (None if it has none): the smoke
+    tier's Across-seeds cell reads it this way, without importing pandas."""
+    import csv
+
+    if not chapter.results_file.exists():
         return None
-    rows = _read_rows(path)
-    return pd.DataFrame(rows, columns=COLUMNS)
-
-
-def is_current(chapter: Chapter, df: Any) -> bool:
-    """Whether the results were made from the chapter's current code."""
-    return df is not None and set(df["code_hash"]) == {chapter.code_hash}
-
-
-def _finite(values: list[float]) -> list[float]:
-    return [v for v in values if v == v]  # NaN is the one value unequal to itself
+    with open(chapter.results_file, newline="") as f:
+        rows = list(csv.DictReader(f))
+    for r in rows:  # files made before the split/strength columns read with defaults
+        r["seed"] = int(r["seed"])
+        r["split"] = r.get("split") or split_of(r["seed"])
+        r["versus"] = r["versus"] or None
+        r["value"] = float(r["value"]) if r["value"] else math.nan
+        r["threshold"] = float(r["threshold"])
+        r["passed"] = r["passed"] == "True"
+        r["strength"] = r.get("strength") or None
+        r["provenance"] = r.get("provenance") or None
+        r["strict"] = float(r["strict"]) if r.get("strict") else None
+        r["strict_passed"] = (None if not r.get("strict_passed")
+                              else r["strict_passed"] == "True")
+        r["seconds"] = float(r["seconds"]) if r.get("seconds") else math.nan
+        r["peak_mb"] = float(r["peak_mb"]) if r.get("peak_mb") else math.nan
+    return rows
 
 
 def summary_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -137,16 +147,14 @@ def summary_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     for name, g in groups.items():
         op, thr = g[0]["op"], float(g[0]["threshold"])
         values = [float(r["value"]) for r in g]
-        seen = _finite(values)
+        seen = [v for v in values if v == v]  # NaN is the one value unequal to itself
         worst = min(margin(v, op, thr) for v in values)
         versus = g[0]["versus"]
-        row = {
-            "kind": g[0]["kind"], "claim": name,
-            "isolates": versus if isinstance(versus, str) and versus else "-",
-            "needs": f"{op} {thr:.6g}",
-            "min": min(seen, default=math.nan), "median": _median(seen),
-            "max": max(seen, default=math.nan),
-        }
+        row = {"kind": g[0]["kind"], "claim": name,
+               "isolates": versus if isinstance(versus, str) and versus else "-",
+               "needs": f"{op} {thr:.6g}", "min": min(seen, default=math.nan),
+               "median": statistics.median(seen) if seen else math.nan,
+               "max": max(seen, default=math.nan)}
         for split in SPLITS:
             part = [r for r in g if r["split"] == split]
             if part or split == "calibration":
@@ -184,13 +192,6 @@ def verdict_across(rows: list[dict[str, Any]], meta: dict[str, Any] | None
     return grade_all(meta["headlines"], claims, findings)
 
 
-def _median(values: list[float]) -> float:
-    if not values:
-        return math.nan
-    v, mid = sorted(values), len(values) // 2
-    return v[mid] if len(v) % 2 else (v[mid - 1] + v[mid]) / 2
-
-
 def summary(df: Any) -> Any:
     """Per claim, in the order declared: kind, threshold, min / median / max over seeds,
     passing seeds and the worst margin (absolute, and relative to the threshold)."""
@@ -199,36 +200,10 @@ def summary(df: Any) -> Any:
     return pd.DataFrame(summary_rows(df.to_dict("records")))
 
 
-def _read_rows(path: Path) -> list[dict[str, Any]]:
-    """The results file as plain rows, typed as :func:`read_results` types them; the
-    smoke tier's Across-seeds cell reads it this way, without importing pandas."""
-    import csv
-
-    with open(path, newline="") as f:
-        rows = list(csv.DictReader(f))
-    for r in rows:  # files made before the split/strength columns read with defaults
-        r["seed"] = int(r["seed"])
-        r["split"] = r.get("split") or split_of(r["seed"])
-        r["versus"] = r["versus"] or None
-        r["value"] = float(r["value"]) if r["value"] else math.nan
-        r["threshold"] = float(r["threshold"])
-        r["passed"] = r["passed"] == "True"
-        r["strength"] = r.get("strength") or None
-        r["provenance"] = r.get("provenance") or None
-        r["strict"] = float(r["strict"]) if r.get("strict") else None
-        r["strict_passed"] = (None if not r.get("strict_passed")
-                              else r["strict_passed"] == "True")
-        r["seconds"] = float(r["seconds"]) if r.get("seconds") else math.nan
-        r["peak_mb"] = float(r["peak_mb"]) if r.get("peak_mb") else math.nan
-    return rows
-
-
 def across_seeds(run: Any, root: str | Path | None = None) -> list[dict[str, Any]] | None:
     """The "Across seeds" cell: the chapter's committed results as a table and a strip
-    plot (one panel per claim, the threshold dashed). Returns the summary rows.
-
-    At the smoke tier the table is printed as text and the plot is left out, so the
-    cell imports neither pandas nor anything else it would not otherwise need."""
+    plot (one panel per claim, the threshold dashed); returns the summary rows. At the
+    smoke tier the table is text and there is no plot, so pandas is never imported."""
     from icmlbook.chapters import list_chapters
 
     stem = f"ch{run.chapter}"
@@ -239,11 +214,11 @@ def across_seeds(run: Any, root: str | Path | None = None) -> list[dict[str, Any
     if not chapter.results_file.exists():
         print(f"No results file yet ({chapter.results_file.name}); make it with `{refresh}`.")
         return None
-    rows = _read_rows(chapter.results_file)
+    rows = read_rows(chapter)
     current = {r["code_hash"] for r in rows} == {chapter.code_hash}
     state = ("made from this chapter's current code" if current else
              f"STALE: the chapter's code changed since; refresh with `{refresh}`")
-    print(f"{_describe_seeds(rows)} at the {RESULTS_TIER} tier "
+    print(f"{_describe_seeds(rows)} at the {COMMITTED_TIER} tier "
           f"({chapter.results_file.relative_to(chapter.root)}), {state}.")
     table = summary_rows(rows)
     shown = [{k: v for k, v in {
@@ -258,7 +233,7 @@ def across_seeds(run: Any, root: str | Path | None = None) -> list[dict[str, Any
         _strip_plot(rows, table)
     else:  # the committed results are the same at every tier; smoke keeps to its budget
         print(_text_table(shown))
-        print(f"(the strip plot of these values is drawn at the {RESULTS_TIER} tier)")
+        print(f"(the strip plot of these values is drawn at the {COMMITTED_TIER} tier)")
     verdict = verdict_across(rows, read_sidecar(chapter))
     if verdict:
         from icmlbook.verdicts import verdict_lines

@@ -8,9 +8,7 @@
     run.check("wealth identity (Eq. 5)", err, "<=", C_IDENTITY, "W_T = eps + sum c_t s_t")
     run.finding("KT vs tuned OGD, strict", ratio, "<=", 1.0, paper="...", shows="...")
     run.headline("validity at every scale", "Thm. 1, Fig. 2", claims=[...], findings=[...])
-    run.verdict()      # the robust verdict table and the paper's verdict; raises
-                       # ClaimFailed at default/full
-    ...
+    run.verdict()      # the verdict table; raises ClaimFailed at default/full
     run.finish()       # embeds the machine-readable record in the notebook
 """
 from __future__ import annotations
@@ -27,12 +25,22 @@ from types import SimpleNamespace
 from typing import Any
 
 from icmlbook.params import check_seed, check_tier
-from icmlbook.record import KINDS, RECORD_MIME, RECORD_VERSION, SECTIONS, tally
+from icmlbook.record import KINDS, RECORD_MIME, RECORD_VERSION, SECTIONS, holding
 from icmlbook.tiers import ENFORCED_TIERS, configure_torch, pick, rules, seed_everything
 from icmlbook.verdicts import (PROVENANCE, STRENGTH, Finding, Headline, paper_verdict,
                                print_verdict)
 
 _OPS = {"<=": operator.le, "<": operator.lt, ">=": operator.ge, ">": operator.gt}
+
+
+def _check_op(what: str, op: str) -> None:
+    if op not in _OPS:
+        raise ValueError(f"{what}: op must be one of {list(_OPS)}; got {op!r}")
+
+
+def _holds(value: float, op: str, threshold: float) -> bool:
+    """``value op threshold``, where NaN and infinities never hold."""
+    return bool(math.isfinite(value) and _OPS[op](value, threshold))
 
 
 class ClaimFailed(AssertionError):
@@ -92,7 +100,6 @@ class Session:
         """This tier's config; see :func:`icmlbook.tiers.pick`."""
         return pick(self.tier, **per_tier)
 
-    # -- claims ---------------------------------------------------------------
     # -- named random streams -------------------------------------------------
     def stream_seed(self, name: str) -> int:
         """A 63-bit seed for the random stream ``name`` of this chapter and seed.
@@ -127,20 +134,13 @@ class Session:
               *, versus: str | None = None, against: str | None = None,
               strength: str | None = None, provenance: str | None = None,
               strict: float | None = None, digits: int = 4) -> bool:
-        """A paper claim ``value op threshold``: what the paper says its method does.
+        """A paper claim ``value op threshold``: what the paper says its method does,
+        isolating something (``versus``, one of :data:`VERSUS`; ``against`` names the
+        ablation or baseline). Prints the measurement; returns whether it holds.
 
-        ``versus`` names what it isolates, ``"ablation"`` (the key ingredient against
-        the method without it) or ``"baseline"`` (against the strongest fair baseline),
-        and ``against`` names that ablation or baseline. The threshold is a named
-        constant fixed before the run. Prints the measurement; returns whether it holds.
-
-        ``strength`` says how strong the statement is (:data:`icmlbook.verdicts.STRENGTH`:
-        superiority, non-inferiority, within a factor, against a stand-in) and
-        ``provenance`` where its threshold came from (:data:`icmlbook.verdicts.PROVENANCE`).
-        A claim weaker than superiority gives ``strict``, the threshold of the superiority
-        version (``1.0`` for a ratio, ``0.0`` for a difference): whether the value also
-        clears it is recorded (never enforced) and counted across seeds by the report.
-        """
+        ``strength`` and ``provenance`` grade it (:mod:`icmlbook.verdicts`). A claim weaker
+        than superiority gives ``strict``, the threshold of its superiority version (1.0
+        for a ratio, 0.0 for a difference), whose pass is recorded, never enforced."""
         if versus not in VERSUS or not against:
             raise ValueError(f"claim {name!r}: versus must be one of {list(VERSUS)} and "
                              f"against must name the ablation or baseline")
@@ -154,25 +154,21 @@ class Session:
         c = Claim(name, statement, float(value), op, float(threshold), False, "paper", versus,
                   against, strength, provenance, None if strict is None else float(strict))
         if c.strict is not None:
-            c.strict_passed = bool(math.isfinite(c.value) and _OPS[op](c.value, c.strict))
+            c.strict_passed = _holds(c.value, op, c.strict)
         return self._declare(c, digits)
 
     def finding(self, name: str, value: float, op: str, reference: float, *, paper: str,
                 shows: str, digits: int = 4) -> bool:
-        """A finding: something the paper states that this book measures but does not
-        claim (it did not reproduce, it is a tie, it depends on the budget).
-
-        ``value op reference`` is the paper's statement in the direction the paper makes
-        it (``"<="``, ``1.0``: the method's cost is at most the baseline's); ``paper``
-        quotes that statement and ``shows`` says what the measurement shows. Recorded,
-        swept over the seeds and gathered by the report; never enforced. Returns whether
-        the paper's direction held on this run."""
-        if op not in _OPS:
-            raise ValueError(f"finding {name!r}: op must be one of {list(_OPS)}; got {op!r}")
+        """A finding: what the paper states and this book measures without claiming it (it
+        did not reproduce, is a tie, depends on the budget). ``value op reference`` is the
+        paper's statement in its own direction, ``paper`` quotes it, ``shows`` says what
+        the measurement shows. Recorded, never enforced; returns whether the paper's
+        direction held on this run."""
+        _check_op(f"finding {name!r}", op)
         if any(f.name == name for f in self.findings) or any(c.name == name for c in self.claims):
             raise ValueError(f"finding {name!r} declared twice (or also a claim)")
         value = float(value)
-        holds = bool(math.isfinite(value) and _OPS[op](value, float(reference)))
+        holds = _holds(value, op, float(reference))
         self.findings.append(Finding(name, paper, shows, value, op, float(reference), holds))
         print(f"{'paper direction holds' if holds else 'paper direction fails'}  [finding] "
               f"{name}: measured {value:.{digits}g} (the paper's statement: {op} "
@@ -181,11 +177,9 @@ class Session:
 
     def headline(self, name: str, statement: str, source: str, *, claims: list[str] = (),
                  findings: list[str] = (), testable: bool = True, why: str = "") -> None:
-        """One headline claim of the paper, in the paper's words (``statement``, with its
-        number where it has one) and where it is (``source``: "Table 2"), tested by the
-        named paper claims and findings. ``testable=False`` (with ``why``) marks a
-        headline this scale cannot test. :meth:`verdict` grades each headline and the
-        paper by the rule of :func:`icmlbook.verdicts.grade`."""
+        """One headline claim of the paper, in its words and where it is (``source``:
+        "Table 2"), tested by the named paper claims and findings, or ``testable=False``
+        with ``why``. :meth:`verdict` grades it by :func:`icmlbook.verdicts.grade`."""
         if any(h.name == name for h in self.headlines):
             raise ValueError(f"headline {name!r} declared twice")
         if testable and not (claims or findings):
@@ -197,19 +191,16 @@ class Session:
 
     def check(self, name: str, value: float, op: str, threshold: float, statement: str,
               *, digits: int = 4) -> bool:
-        """A sanity check ``value op threshold``: an identity, closed form, brute-force
-        agreement, premise of the data or count fixed by construction. Enforced like a
-        claim, shown apart: it must hold if the code is right, but is no evidence for
-        the paper."""
+        """A sanity check ``value op threshold`` (an identity, closed form, premise, count):
+        enforced like a claim, shown apart, as it is no evidence for the paper."""
         return self._declare(Claim(name, statement, float(value), op, float(threshold), False,
                                    "check"), digits)
 
     def _declare(self, c: Claim, digits: int) -> bool:
-        if c.op not in _OPS:
-            raise ValueError(f"claim {c.name!r}: op must be one of {list(_OPS)}; got {c.op!r}")
+        _check_op(f"claim {c.name!r}", c.op)
         if any(old.name == c.name for old in self.claims):
             raise ValueError(f"claim {c.name!r} declared twice")
-        c.passed = bool(math.isfinite(c.value) and _OPS[c.op](c.value, c.threshold))
+        c.passed = _holds(c.value, c.op, c.threshold)
         self.claims.append(c)
         tag = "[check] " if c.kind == "check" else ""
         print(f"{'PASS' if c.passed else 'FAIL'}  {tag}{c.name}: measured {c.value:.{digits}g} "
@@ -217,30 +208,23 @@ class Session:
         return c.passed
 
     def metric(self, name: str, value: Any) -> None:
-        """Record a key number (or small list/dict) in the run record.
-
-        Returns nothing, so a cell that ends in ``run.metric(...)`` shows no stray
-        ``Out`` value (the number is in the record, and printed where the prose needs it)."""
+        """Record a key number (or small list/dict) in the run record. Returns nothing, so
+        a cell that ends in ``run.metric(...)`` shows no stray ``Out`` value."""
         self.metrics[name] = _jsonable(value)
 
     def verdict(self) -> None:
-        """Print the verdict table (robust text only) and enforce claims and checks.
+        """Print the verdict table and enforce claims and checks (at smoke: record only).
 
-        Paper claims and checks are shown in two sections. The table shows names,
-        thresholds and verdicts, not the measured values (printed by :meth:`claim`), so
-        that nbval can compare it across machines. At default/full a failed claim or
-        check raises :class:`ClaimFailed`; at smoke it is recorded only.
-        """
-        if len(self.claims) < 1:
+        The table shows names, thresholds and verdicts, not the measured values (printed
+        by :meth:`claim`), so that nbval can compare it across machines."""
+        if not self.claims:
             raise ValueError("verdict(): no claims were declared")
-        width = max(len(c.name) for c in self.claims)
         mode = "enforced" if self.enforced else "recorded, not enforced"
         kinds = [k for k in KINDS if any(c.kind == k for c in self.claims)]
-        width = max(width + 2, *(len(SECTIONS[k]) for k in kinds))
+        width = max(max(len(c.name) for c in self.claims) + 2, *(len(SECTIONS[k]) for k in kinds))
         graded = any(c.strength for c in self.claims)
         extra = f"  {'strength':<15}" if graded else ""
         print(f"{'':<{width}}  {'needs':<12}  {'isolates':<8}{extra}  verdict")
-        counts = []
         for k in kinds:
             group = [c for c in self.claims if c.kind == k]
             print(SECTIONS[k])
@@ -249,13 +233,12 @@ class Session:
                 print(f"  {c.name:<{width - 2}}  "
                       f"{c.op + ' ' + format(c.threshold, '.10g'):<12}  "
                       f"{c.versus or '-':<8}{more}  {'PASS' if c.passed else 'FAIL'}")
-            counts.append(f"{sum(c.passed for c in group)}/{len(group)} {SECTIONS[k]}")
-        print(f"{' and '.join(counts)} hold (tier {self.tier}: {mode})")
+        print(f"{holding([asdict(c) for c in self.claims])} hold (tier {self.tier}: {mode})")
         if self.findings or self.headlines:
             print_verdict(self.headlines, self.claims, self.findings)
         failed = [c for c in self.claims if not c.passed]
         if failed and self.enforced:
-            self._emit_record()
+            self.finish()
             detail = "; ".join(f"{c.name} (measured {c.value:.4g}, needs {c.op} {c.threshold:.10g})"
                                for c in failed)
             raise ClaimFailed(f"{len(failed)} claim(s) failed at tier {self.tier}, "
@@ -272,17 +255,11 @@ class Session:
         else:
             status = "failed" if self.enforced else "recorded"
         return {
-            "icmlbook_record": RECORD_VERSION,
-            "chapter": self.chapter,
-            "tier": self.tier,
-            "seed": self.seed,
-            "params": _jsonable(self.params),
-            "device": self.device,
+            "icmlbook_record": RECORD_VERSION, "chapter": self.chapter, "tier": self.tier,
+            "seed": self.seed, "params": _jsonable(self.params), "device": self.device,
             "seconds": round(time.perf_counter() - self._t0, 3),
-            "peak_rss_mb": round(_peak_rss_mb(), 1),
-            "widget_seconds": self.widget_seconds,
-            "status": status,
-            "claims": [asdict(c) for c in self.claims],
+            "peak_rss_mb": round(_peak_rss_mb(), 1), "widget_seconds": self.widget_seconds,
+            "status": status, "claims": [asdict(c) for c in self.claims],
             "findings": [asdict(f) for f in self.findings],
             "headlines": [asdict(h) for h in self.headlines],
             "verdict": (paper_verdict(self.headlines, self.claims, self.findings)
@@ -292,22 +269,13 @@ class Session:
 
     def finish(self) -> dict[str, Any]:
         """Embed the record in the notebook as a display output and return it."""
-        return self._emit_record()
-
-    def _emit_record(self) -> dict[str, Any]:
         rec = self.record()
-        counts = [f"{tally(rec['claims'], (k,), labels=False)} {SECTIONS[k]}" for k in KINDS
-                  if any(c["kind"] == k for c in rec["claims"])]
         summary = (f"icmlbook record: chapter {rec['chapter']}, tier {rec['tier']}, "
-                   f"seed {rec['seed']}: {' and '.join(counts) or 'no claims'} hold")
-        try:
-            from IPython import get_ipython
-            from IPython.display import display
+                   f"seed {rec['seed']}: {holding(rec['claims']) or 'no claims'} hold")
+        from IPython import get_ipython
+        from IPython.display import display
 
-            in_kernel = get_ipython() is not None
-        except ImportError:  # pragma: no cover - IPython comes with ipykernel
-            in_kernel = False
-        if in_kernel:
+        if get_ipython() is not None:
             display({RECORD_MIME: rec, "text/plain": summary}, raw=True)
         else:
             print(summary)
@@ -318,9 +286,8 @@ def solution_check(name: str, value: float, op: str, threshold: float, digits: i
     """The assertion that ends an exercise's worked solution: ``value op threshold``,
     printed, and an AssertionError at every tier when it fails. Solutions are not
     evidence for the paper: they touch neither the claims nor the run record."""
-    if op not in _OPS:
-        raise ValueError(f"solution check {name!r}: op must be one of {list(_OPS)}; got {op!r}")
-    ok = bool(math.isfinite(float(value)) and _OPS[op](float(value), float(threshold)))
+    _check_op(f"solution check {name!r}", op)
+    ok = _holds(float(value), op, float(threshold))
     print(f"solution check {'holds' if ok else 'FAILS'}: {name}: measured "
           f"{float(value):.{digits}g} (needs {op} {float(threshold):.10g})")
     if not ok:
@@ -330,11 +297,8 @@ def solution_check(name: str, value: float, op: str, threshold: float, digits: i
 
 def start(chapter: str, tier: str = "default", seed: int = 0,
           params: dict[str, Any] | None = None, threads: int = 1, torch: bool = True) -> Session:
-    """Begin a chapter run: validate tier and seed, seed every generator, set torch up.
-
-    ``threads``: torch CPU threads (1 is fastest for tiny models on 2 cores).
-    ``torch=False`` skips importing torch for chapters that do not use it.
-    """
+    """Begin a chapter run: validate tier and seed, seed every generator, set torch up
+    (``threads`` CPU threads; ``torch=False`` for chapters that never import it)."""
     return Session(chapter, tier, seed, params, threads=threads, torch=torch)
 
 

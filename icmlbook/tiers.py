@@ -1,8 +1,7 @@
 """Tiers (smoke / default / full) and their rules in one table; seeding and device choice.
 
-The runner, the widgets, ``icmlbook bench`` and the CLI all read :data:`RULES`, so a
-tier's behaviour is changed here and nowhere else. This module imports nothing from
-the rest of the package (``params`` imports it, not the other way round).
+Everything that behaves by tier reads :data:`RULES`, so a tier changes here and nowhere
+else. This module imports nothing from the rest of the package.
 """
 from __future__ import annotations
 
@@ -87,13 +86,10 @@ def pick(tier: str, **per_tier: dict[str, Any]) -> SimpleNamespace:
 
 def seed_everything(seed: int, torch: bool = True) -> None:
     """Seed Python's, NumPy's and (unless ``torch=False``) torch's global generators."""
-    random.seed(seed)
-    try:
-        import numpy as np
+    import numpy as np
 
-        np.random.seed(seed)
-    except ImportError:  # pragma: no cover - numpy is a dependency
-        pass
+    random.seed(seed)
+    np.random.seed(seed)
     if torch:
         import torch as _torch
 
@@ -101,13 +97,9 @@ def seed_everything(seed: int, torch: bool = True) -> None:
 
 
 def configure_torch(tier: str, threads: int = 1) -> str:
-    """Set torch's threads; return the device name.
-
-    CUDA is used only where the tier's rules allow it (full) and only when present.
-    On the CPU, one thread is the default: on 2 cores a tiny model's step was measured
-    15x faster with 1 thread than with 2 (see CONVENTIONS). A chapter with large
-    matmuls may pass more and say so.
-    """
+    """Set torch's threads; return the device name (CUDA where the tier allows it and
+    one is present). One thread by default: on 2 cores a tiny model's step was measured
+    15x faster with 1 thread than with 2; a chapter with large matmuls may pass more."""
     import torch
 
     torch.set_num_threads(max(1, int(threads)))

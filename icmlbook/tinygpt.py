@@ -1,24 +1,19 @@
-"""A tiny causal transformer with a pluggable positional encoding, plus
-sampling and a next-token training loop (chapters 07, 08, 09, 17).
+"""A tiny causal transformer with a pluggable positional encoding, plus sampling and a
+next-token training loop (chapters 07, 08, 09, 17). nanoGPT-shaped and deliberately
+plain: pre-LayerNorm blocks, multi-head attention written out (so its weights can be
+looked at), GELU MLP.
 
-nanoGPT-shaped and deliberately plain: pre-LayerNorm blocks, multi-head
-attention written out (so its weights can be looked at), GELU MLP.
-
-Positions come in two independent flavours, each with its own position ids,
-so that a chapter can plug in its own scheme (chapter 07's BiPE feeds
+Positions come in two independent flavours, each with its own position ids (default
+``0..T-1``), so that a chapter can plug in its own scheme (chapter 07's BiPE feeds
 intra-sentence ids to the absolute table and sentence ids to RoPE/ALiBi):
 
-* ``abs_pe``: ``None``, ``"sinusoidal"`` or ``"learned"`` -- added to the
-  token embedding at ``abs_pos`` (ids past a learned table's end are clamped
-  to its last row). With ``"sinusoidal"`` the token embedding is scaled as in
-  Vaswani et al. (Sec. 3.4: weights times sqrt(d_model), drawn at std
-  d_model^-1/2 as in tensor2tensor), so that tokens and the unit-amplitude
-  sinusoids have comparable magnitudes;
-* ``rel_pe``: ``None``, ``"rope"`` or ``"alibi"`` -- applied inside every
-  attention layer at ``rel_pos``.
+* ``abs_pe``: None, ``"sinusoidal"`` or ``"learned"``, added to the token embedding at
+  ``abs_pos`` (ids past a learned table's end are clamped to its last row). With
+  ``"sinusoidal"`` the token embedding is scaled as in Vaswani et al. (Sec. 3.4), so
+  that tokens and the unit-amplitude sinusoids have comparable magnitudes;
+* ``rel_pe``: None, ``"rope"`` or ``"alibi"``, inside every attention layer at ``rel_pos``.
 
-Both position ids default to ``0, 1, ..., T-1``. ``PE_PRESETS`` names the
-usual combinations.
+``PE_PRESETS`` names the usual combinations.
 """
 from __future__ import annotations
 
@@ -144,12 +139,8 @@ class Block(nn.Module):
 
 
 class TinyGPT(nn.Module):
-    """Token ids (B, T) -> next-token logits (B, T, V).
-
-    ``embeds`` (B, T, d) may replace ``idx`` for models whose inputs are not
-    tokens (chapter 17); ``return_hidden=True`` returns the final hidden
-    states instead of logits, for a chapter's own heads.
-    """
+    """Token ids (B, T) -> next-token logits (B, T, V). ``embeds`` (B, T, d) may replace
+    ``idx`` (chapter 17); ``return_hidden=True`` returns the final hidden states."""
 
     def __init__(self, cfg: GPTConfig):
         super().__init__()
@@ -243,12 +234,9 @@ def generate(model: TinyGPT, prompt: Tensor, n_new: int, *, temperature: float =
              top_k: int | None = None, top_p: float | None = None,
              generator: torch.Generator | None = None,
              positions: PositionFn | None = None) -> Tensor:
-    """Sample ``n_new`` tokens after ``prompt`` (B, T0) -> (B, T0 + n_new).
-
-    No KV cache: every step re-reads the whole prefix (cheap at this size,
-    and any position scheme ``positions(idx)`` stays exact).
-    ``temperature=0`` means greedy decoding.
-    """
+    """Sample ``n_new`` tokens after ``prompt`` (B, T0) -> (B, T0 + n_new); greedy at
+    ``temperature=0``. No KV cache: every step re-reads the whole prefix (cheap at this
+    size, and any position scheme ``positions(idx)`` stays exact)."""
     idx = prompt
     for _ in range(n_new):
         logits = model(idx, **_positions(positions, idx))[:, -1]

@@ -1,9 +1,8 @@
 """The paper's verdict: headlines, findings, and the one rule that grades them.
 
-A chapter names its paper's headline claims (:meth:`Session.headline`), each tested by
-some of its paper claims and findings, and the rule below grades each headline and the
-paper on one ladder. The same rule grades a single run (from its record) and the seeds
-of a results file (from their pass counts), so the report and the chapter agree.
+A chapter names its paper's headline claims, each tested by some of its paper claims
+and findings. The rule below grades a single run and the seeds of a results file alike,
+so the report and the chapter agree.
 
 The rule (fixed before the final sweeps; a chapter cites it in its thresholds cell):
 
@@ -23,7 +22,7 @@ is even partly, *not testable* when no headline is testable, and *partly* otherw
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any, Iterable
 
 LADDER = ("reproduced", "partly", "not reproduced", "not testable")
@@ -67,34 +66,33 @@ class Headline:
     why: str = ""  # why not testable at this scale
 
 
-def weak(claim: Any) -> str | None:
-    """Why a paper claim counts as weaker than the paper's statement, or None."""
-    get = claim.get if isinstance(claim, dict) else lambda k: getattr(claim, k, None)
+def weak(claim: dict[str, Any]) -> str | None:
+    """Why a paper claim (a record's, or a results file's row) counts as weaker than the
+    paper's statement, or None."""
     reasons = []
-    if get("strength") not in (None, "", "superiority"):
-        reasons.append(str(get("strength")))
-    if get("provenance") == "changed after failure":
+    if claim.get("strength") not in (None, "", "superiority"):
+        reasons.append(str(claim.get("strength")))
+    if claim.get("provenance") == "changed after failure":
         reasons.append("changed after a failure")
     return ", ".join(reasons) or None
 
 
-def grade(h: Headline | dict, claims: dict[str, dict], findings: dict[str, bool | None]
+def grade(h: dict[str, Any], claims: dict[str, dict], findings: dict[str, bool | None]
           ) -> tuple[str, str]:
-    """(verdict, reason) of one headline.
+    """(verdict, reason) of one headline (a record's or a sidecar's: a dict).
 
     ``claims`` maps a claim's name to ``{"passed": bool, "weak": str | None}`` (passed:
     on every seed, across seeds); ``findings`` maps a finding's name to whether the
     paper's direction held (True), failed (False) or held on some seeds only (None).
     """
-    get = h.get if isinstance(h, dict) else lambda k: getattr(h, k)
-    if not get("testable"):
-        return "not testable", get("why")
-    missing = [n for n in get("claims") if n not in claims]
-    missing += [n for n in get("findings") if n not in findings]
+    if not h.get("testable"):
+        return "not testable", h.get("why")
+    missing = [n for n in h.get("claims") if n not in claims]
+    missing += [n for n in h.get("findings") if n not in findings]
     if missing:
-        raise KeyError(f"headline {get('name')!r} names unknown claims or findings: {missing}")
-    cs = [(n, claims[n]) for n in get("claims")]
-    fs = [(n, findings[n]) for n in get("findings")]
+        raise KeyError(f"headline {h.get('name')!r} names unknown claims or findings: {missing}")
+    cs = [(n, claims[n]) for n in h.get("claims")]
+    fs = [(n, findings[n]) for n in h.get("findings")]
     held = [n for n, c in cs if c["passed"]]
     weakened = [f"{n} ({c['weak']})" for n, c in cs if c["passed"] and c["weak"]]
     failed = [n for n, c in cs if not c["passed"]]
@@ -107,15 +105,9 @@ def grade(h: Headline | dict, claims: dict[str, dict], findings: dict[str, bool 
         return "not reproduced", "findings against the paper: " + "; ".join(against)
     if not held and not fs:
         return "not reproduced", "no claim holds: " + "; ".join(failed)
-    parts = []
-    if weakened:
-        parts.append("holds only weaker: " + "; ".join(weakened))
-    if failed:
-        parts.append("fails: " + "; ".join(failed))
-    if against:
-        parts.append("against the paper: " + "; ".join(against))
-    if mixed:
-        parts.append("the paper's way on some seeds only: " + "; ".join(mixed))
+    parts = [f"{label}: " + "; ".join(names) for label, names in (
+        ("holds only weaker", weakened), ("fails", failed), ("against the paper", against),
+        ("the paper's way on some seeds only", mixed)) if names]
     if not parts:  # no claim tests it and every finding goes the paper's way
         parts.append("the paper's way in findings only, which are not pre-registered claims")
     return "partly", "; ".join(parts)
@@ -133,14 +125,11 @@ def combine(verdicts: Iterable[str]) -> str:
     return "partly"
 
 
-def grade_all(headlines: Iterable[Headline | dict], claims: dict[str, dict],
+def grade_all(headlines: Iterable[dict], claims: dict[str, dict],
               findings: dict[str, bool | None]) -> dict[str, Any]:
     """Each headline's (verdict, reason) by :func:`grade`, and the paper's by
     :func:`combine`: the one assembly behind a run's verdict and a results file's."""
-    graded = []
-    for h in headlines:
-        name = h["name"] if isinstance(h, dict) else h.name
-        graded.append((name, *grade(h, claims, findings)))
+    graded = [(h["name"], *grade(h, claims, findings)) for h in headlines]
     return {"paper": combine(v for _, v, _ in graded),
             "headlines": [{"name": n, "verdict": v, "reason": r} for n, v, r in graded]}
 
@@ -154,8 +143,9 @@ def verdict_lines(v: dict[str, Any], title: str) -> list[str]:
 def paper_verdict(headlines: list[Headline], claims: Iterable[Any],
                   findings: Iterable[Finding]) -> dict[str, Any]:
     """The verdict of one run: each headline's grade and the paper's."""
-    cs = {c.name: {"passed": c.passed, "weak": weak(c)} for c in claims if c.kind == "paper"}
-    return grade_all(headlines, cs, {f.name: f.holds for f in findings})
+    cs = {c.name: {"passed": c.passed, "weak": weak(asdict(c))} for c in claims
+          if c.kind == "paper"}
+    return grade_all(map(asdict, headlines), cs, {f.name: f.holds for f in findings})
 
 
 def print_verdict(headlines: list[Headline], claims: list[Any], findings: list[Finding]

@@ -1,11 +1,9 @@
 """``explore``: one helper for every chapter's interactive section.
 
 Live (JupyterLab) it shows the controls above an Output area and redraws on every
-change. Headless (papermill, nbval) it draws the default view once as a plain
-output under the controls, and the stored notebook and the HTML book show that. At the smoke tier it also
-moves every control to each of its extremes (slider ends, every option, both
-states of a checkbox), so a crash at an extreme fails the tests, then puts the
-defaults back. The slowest redraw is kept in the run record.
+change. Headless (papermill, nbval) it draws the default view once under the controls.
+At the smoke tier it also moves every control to each of its extremes, so a crash at an
+extreme fails the tests. The slowest redraw is kept in the run record.
 """
 from __future__ import annotations
 
@@ -45,24 +43,23 @@ def extreme_settings(controls: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def explore(update: Callable[..., Any], controls: dict[str, Any], *, run: Any = None,
-            exercise: bool | None = None, title: str | None = None) -> None:
+            title: str | None = None) -> None:
     """Show ``controls`` (name -> ipywidget) and call ``update(**values)`` on every change.
 
-    ``update`` draws with matplotlib and ends with ``plt.show()``. ``exercise``
-    (default: the tier's ``exercise_widgets`` rule, on at smoke) moves each control through
-    :func:`extremes` and raises if any value makes ``update`` fail.
+    ``update`` draws with matplotlib and ends with ``plt.show()``. Where ``run``'s tier
+    exercises widgets (smoke), each control is moved through :func:`extremes` and any
+    value that makes ``update`` fail raises.
 
-    Headless (``ICMLBOOK_HEADLESS=1``: papermill, nbval, the tests) the default view is
-    drawn as a plain output under the controls, not inside an Output widget: nbclient
-    answers every Output-widget update on the kernel's shell channel while it waits on
-    that channel for the cell to finish, and runs were seen to hang there. The stored
-    notebook and the HTML book show the controls and the default figure either way.
-    Returns None, so that a cell ending with ``explore(...)`` shows the view once.
+    Headless (``ICMLBOOK_HEADLESS=1``) the default view is drawn as a plain output, not
+    inside an Output widget: nbclient answers every Output-widget update on the kernel's
+    shell channel while it waits on that channel for the cell to finish, and runs were
+    seen to hang there. Returns None, so a cell ending with it shows the view once.
     """
     import ipywidgets as W
     from IPython.display import display
 
     from icmlbook.progressbar import headless
+    from icmlbook.tiers import RULES
 
     errors: list[str] = []
     slowest = [0.0]
@@ -101,12 +98,8 @@ def explore(update: Callable[..., Any], controls: dict[str, Any], *, run: Any = 
         render()
     if errors:
         raise RuntimeError("the widget failed with its defaults: " + errors[0])
-    if exercise is None:
-        from icmlbook.tiers import RULES
-
-        tier_rules = RULES.get(getattr(run, "tier", None))
-        exercise = bool(tier_rules and tier_rules.exercise_widgets)
-    if exercise:
+    tier_rules = RULES.get(getattr(run, "tier", None))
+    if tier_rules and tier_rules.exercise_widgets:
         paused[0] = True
         try:
             _exercise(controls, call)
