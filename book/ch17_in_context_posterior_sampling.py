@@ -1035,7 +1035,8 @@ def windowed_thompson(means, L, gen, prior, window):
 
 # %% tags=["solution", "hide-cell"]
 S_FLOOR = 2.0  # a floor: windowed late regret per pull >= twice the full-count one's
-n_ex, L_ex, m = (100 if run.tier == "smoke" else 300), 300, 100
+n_ex = run.pick(smoke=dict(n=100), default=dict(n=300)).n  # tasks
+L_ex, m = 300, 100
 ex_gen = run.generator("exercise 1")
 ex_means = sample_tasks(n_ex, test_prior, ex_gen)
 late = {"Thompson, window": regret_curve(ex_means, windowed_thompson(
@@ -1147,7 +1148,7 @@ def exact_psbl(means, L, gen, window, temp):
 # %% tags=["solution", "hide-cell"]
 S_INTERIOR = 0.9  # exact PPD, strict shift: a middle T a tenth below both extremes
 temps, severities = (0.25, 0.5, 1.0, 2.0, 4.0), (0.25, 0.5)
-n_t = 40 if run.tier == "smoke" else 100  # tasks per setting
+n_t = run.pick(smoke=dict(n=40), default=dict(n=100)).n  # tasks per setting
 ex3_gen = run.generator("exercise 3")
 tasks = {s: sample_tasks(n_t, (s, s + 0.5), ex3_gen) for s in severities}
 means = torch.cat([tasks[s] for s in severities for _ in temps])
