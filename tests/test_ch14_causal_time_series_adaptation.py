@@ -1,6 +1,7 @@
 """Chapter 14: the simulator's premise, the disentangler's invariants, and claims that fail
 for broken variants (a frozen mask, the domain loss on the wrong branch, a broken generator,
-scrambled labels). The networks train one restart each, from a fixed generator."""
+scrambled labels). The claims use the chapter's mean over paired restarts, each restart
+from a fixed generator; the broken variants that need no mean train once."""
 import numpy as np
 import pytest
 import torch
@@ -207,24 +208,41 @@ def swapped_domain_loss(net, r_c, r_s, d, coef=1.0):
             + torch.nn.functional.cross_entropy(net.disc_c(r_c), d))
 
 
+# The chapter's claims are made on the mean over paired restarts (restart r of every
+# method starts from the same generator), because one run can settle on the shortcut:
+# the claim tests use that statistic, on the chapter's default number of restarts. The
+# broken variants that need no mean (a frozen mask, swapped domain roles) train once.
+RESTARTS = 3
+PAIRED = ("source", "dann", "prior mask", "caudits", "no disentangler")
+
+
 @pytest.fixture(scope="module")
 def trained():
+    """{name: [net per restart]}, mean target accuracy, mean source accuracy, the data."""
     data = chapter_data(0)
     xs, ys, xt, _, xs_te, ys_te, xt_te, yt_te = data
-    nets = {m: ch.train_model(m, xs, ys, xt, gen(), **KW)
-            for m in ("source", "dann", "caudits")}
     prior = 1 - ch.stability_discrepancy(xs, xt)
-    nets["prior mask"] = ch.train_model("source", xs, ys, xt, gen(), fixed_mask=prior, **KW)
-    nets["no disentangler"] = ch.train_model("caudits", xs, ys, xt, gen(), mask=False, **KW)
-    nets["frozen mask"] = ch.train_model("caudits", xs, ys, xt, gen(), mask_lr=0.0, **KW)
+    variants = {  # name: (method, extra arguments of train_model)
+        "source": ("source", {}),
+        "dann": ("dann", {}),
+        "prior mask": ("source", dict(fixed_mask=prior)),
+        "caudits": ("caudits", {}),
+        "no disentangler": ("caudits", dict(mask=False)),
+    }
+    nets = {name: [ch.train_model(method, xs, ys, xt, gen(r), **kw, **KW)
+                   for r in range(RESTARTS)]
+            for name, (method, kw) in variants.items()}
+    nets["frozen mask"] = [ch.train_model("caudits", xs, ys, xt, gen(), mask_lr=0.0, **KW)]
     original = ch.domain_loss
     try:  # train_model looks it up in the chapter's namespace
         ch.domain_loss = swapped_domain_loss
-        nets["swapped domain roles"] = ch.train_model("caudits", xs, ys, xt, gen(), **KW)
+        nets["swapped domain roles"] = [ch.train_model("caudits", xs, ys, xt, gen(), **KW)]
     finally:
         ch.domain_loss = original
-    acc = {k: ch.accuracy(n, xt_te, yt_te) for k, n in nets.items()}
-    src = {k: ch.accuracy(n, xs_te, ys_te) for k, n in nets.items()}
+    acc = {k: float(np.mean([ch.accuracy(n, xt_te, yt_te) for n in v]))
+           for k, v in nets.items()}
+    src = {k: float(np.mean([ch.accuracy(n, xs_te, ys_te) for n in v]))
+           for k, v in nets.items()}
     print({k: round(v, 3) for k, v in acc.items()})
     return nets, acc, src, data
 
@@ -234,6 +252,7 @@ def best_baseline(acc):
 
 
 def test_claims_hold_for_seed0(trained):
+    # the chapter's statistic: each network's target accuracy averaged over paired restarts
     _, acc, src, _ = trained
     assert acc["caudits"] - best_baseline(acc) >= ch.C_VS_BASELINE
     assert acc["caudits"] - acc["no disentangler"] >= ch.C_VS_NO_DISENTANGLER
@@ -243,9 +262,10 @@ def test_claims_hold_for_seed0(trained):
 def test_prior_mask_baseline_cuts_the_edges_that_moved(trained):
     # the baseline with the same label-free information: M = 1 - D-hat, fixed
     nets, _, _, data = trained
-    M = nets["prior mask"].mask().numpy()
+    net = nets["prior mask"][0]
+    M = net.mask().numpy()
     D = ch.stability_discrepancy(data[0], data[2])
-    assert np.allclose(M, 1 - D, atol=1e-6) and not nets["prior mask"].learn_mask
+    assert np.allclose(M, 1 - D, atol=1e-6) and not net.learn_mask
     assert M[ch.SPURIOUS_EDGE] < 0.5 < min(M[ch.CAUSAL_EDGE], M[ch.REVERSE[ch.CAUSAL_EDGE]])
 
 
@@ -256,23 +276,28 @@ def test_frozen_mask_stays_at_one_half(trained):
     # beats M = 1 by more than the bar, and CauDiTS too, so claim 2 does not isolate
     # learning the mask
     nets, _, _, _ = trained
-    assert np.allclose(nets["frozen mask"].mask().detach().numpy(), 0.5)
+    assert np.allclose(nets["frozen mask"][0].mask().detach().numpy(), 0.5)
 
 
 def test_inverted_test_time_mask_fails_both_claims(trained):
-    # an evaluation bug: the rationale read through 1 - M (the domain-specific graph)
+    # an evaluation bug: the rationale read through 1 - M (the domain-specific graph),
+    # averaged over the same restarts as the claims
     nets, acc, _, data = trained
-    net, xt_te, yt_te = nets["caudits"], data[6], data[7]
-    wrong = ch.accuracy(net, xt_te, yt_te, 1 - net.mask().detach())
+    xt_te, yt_te = data[6], data[7]
+    wrong = float(np.mean([ch.accuracy(net, xt_te, yt_te, 1 - net.mask().detach())
+                           for net in nets["caudits"]]))
     assert wrong - best_baseline(acc) < ch.C_VS_BASELINE
     assert wrong - acc["no disentangler"] < ch.C_VS_NO_DISENTANGLER  # and claim 2
 
 
 def test_swapped_domain_roles_lose_the_lead(trained):
     # the GRL on the wrong branch: the causal part is trained to carry the domain, and the
-    # lead over the best baseline (the baseline claim's strict version) is gone
-    _, acc, _, _ = trained
-    assert acc["swapped domain roles"] - best_baseline(acc) < 0.0
+    # lead over the best baseline (the baseline claim's strict version) is gone; compared
+    # with the baselines' first restarts, which start from the same generator
+    nets, _, _, data = trained
+    xt_te, yt_te = data[6], data[7]
+    first = {k: ch.accuracy(v[0], xt_te, yt_te) for k, v in nets.items()}
+    assert first["swapped domain roles"] - best_baseline(first) < 0.0
 
 
 @pytest.mark.slow
