@@ -106,15 +106,15 @@ run = icmlbook.start("12_efficient_gan_editing", tier=tier, seed=seed,
                      params=dict(concept=concept, n_pairs=n_pairs, rank_tol=rank_tol))
 icmlbook.use_style()
 cfg = run.pick(
-    smoke=dict(base_steps=6, cached_base=False, ft_steps=2, search_steps=1,
-               n_test=48, n_val=24, pool=32, widget_steps=1, bench_steps=1,
-               restarts=2),
-    default=dict(base_steps=4000, cached_base=True, ft_steps=100, search_steps=40,
-                 n_test=400, n_val=200, pool=400, widget_steps=30, bench_steps=10,
-                 restarts=3),
-    full=dict(base_steps=4000, cached_base=False, ft_steps=200, search_steps=120,
-              n_test=1000, n_val=400, pool=400, widget_steps=80, bench_steps=40,
-              restarts=3),
+    smoke=dict(base_steps=6, cached_base=False, save_base=False, ft_steps=2,
+               search_steps=1, n_test=48, n_val=24, pool=32, widget_steps=1,
+               bench_steps=1, restarts=2),
+    default=dict(base_steps=4000, cached_base=True, save_base=False, ft_steps=100,
+                 search_steps=40, n_test=400, n_val=200, pool=400, widget_steps=30,
+                 bench_steps=10, restarts=3),
+    full=dict(base_steps=4000, cached_base=False, save_base=True, ft_steps=200,
+              search_steps=120, n_test=1000, n_val=400, pool=400, widget_steps=80,
+              bench_steps=40, restarts=3),
 )
 N_SEL = min(n_pairs, cfg.pool)  # the smoke tier's pool is smaller
 SIZE = 8  # images are SIZE x SIZE RGB in [-1, 1]
@@ -615,7 +615,7 @@ else:
     G_base, D_base, base_seconds = train_base(cfg.base_steps,
                                               run.generator("base batches"))
     base_steps = cfg.base_steps
-    if tier == "full":
+    if cfg.save_base:
         base_path = os.path.join(tempfile.gettempdir(), f"ch12_base_gan_s{seed}.pt")
         save_base(G_base, D_base, base_path, base_steps)
         print(f"trained a base model for this seed; saved to {base_path}")
