@@ -14,7 +14,7 @@ from typing import Any
 __version__ = "0.1.0"
 
 GROUPS = {
-    "kit": ("tiers", "params", "record", "verdicts", "session", "chapters", "results",
+    "kit": ("tiers", "record", "verdicts", "session", "chapters", "results",
             "plot", "progressbar", "widgets", "timing", "data"),
     "models": ("nn", "tinygpt", "toylang", "diffusion"),
     "tools": ("batch", "bench", "report", "offline_html", "cli"),
@@ -24,10 +24,9 @@ before it (tools -> models -> kit)."""
 
 # public name -> module that defines it (imported on first use)
 _EXPORTS = {name: module for module, names in {
-    "tiers": ("TIERS",),
+    "tiers": ("TIERS", "ParameterError", "check_tier", "check_seed", "check_int", "check_range",
+              "check_choice"),
     "session": ("start", "Session", "ClaimFailed", "solution_check"),
-    "params": ("ParameterError", "check_tier", "check_seed", "check_int", "check_range",
-               "check_choice"),
     "progressbar": ("progress",),
     "widgets": ("explore",),
     "plot": ("use_style", "method_styles", "log_axis"),

@@ -24,10 +24,9 @@ from pathlib import Path
 from typing import Any
 
 from icmlbook.chapters import Chapter, skip_iri_grammar
-from icmlbook.params import ParameterError, check_seed, check_tier, shown
 from icmlbook.record import read_record, tally
 from icmlbook.results import split_of
-from icmlbook.tiers import RULES
+from icmlbook.tiers import RULES, ParameterError, check_seed, check_tier, shown
 
 COLUMNS = ["chapter", "slug", "seed", "split", "tier", "kind", "versus", "name", "value",
            "op", "threshold", "passed", "strength", "provenance", "strict", "strict_passed",

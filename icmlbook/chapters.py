@@ -3,7 +3,7 @@
 A chapter is ``book/chNN_slug.py`` (jupytext py:percent, the source of truth)
 paired with ``book/chNN_slug.ipynb`` (the same cells with a default-tier run's
 outputs). Its ``parameters``-tagged cell holds plain assignments with a comment
-each; its ``validate``-tagged cell checks them with :mod:`icmlbook.params`.
+each; its ``validate``-tagged cell checks them with ``icmlbook.check_*``.
 """
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from icmlbook.params import shown
+from icmlbook.tiers import shown
 
 
 def skip_iri_grammar() -> None:

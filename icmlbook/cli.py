@@ -15,9 +15,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from icmlbook.params import SEED_MAX, ParameterError, shown
 from icmlbook.tiers import (CALIBRATION_SEEDS, COMMITTED_SEED, COMMITTED_TIER,
-                            CONFIRMATION_SEEDS, TIERS)
+                            CONFIRMATION_SEEDS, SEED_MAX, TIERS, ParameterError, shown)
 
 
 class UsageError(Exception):

@@ -24,9 +24,9 @@ from dataclasses import asdict, dataclass
 from types import SimpleNamespace
 from typing import Any
 
-from icmlbook.params import check_seed, check_tier
 from icmlbook.record import KINDS, RECORD_MIME, RECORD_VERSION, SECTIONS, holding
-from icmlbook.tiers import ENFORCED_TIERS, configure_torch, pick, rules, seed_everything
+from icmlbook.tiers import (ENFORCED_TIERS, check_seed, check_tier, configure_torch, pick, rules,
+                            seed_everything)
 from icmlbook.verdicts import (PROVENANCE, STRENGTH, Finding, Headline, paper_verdict,
                                print_verdict)
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 import icmlbook
-from icmlbook import batch, chapters, params, progressbar, record, session, tiers, widgets
+from icmlbook import batch, chapters, progressbar, record, session, tiers, widgets
 
 
 def test_import_is_light():
@@ -19,7 +19,7 @@ def test_import_is_light():
 
 def test_lazy_exports_and_unknown_attribute():
     assert icmlbook.start is session.start
-    assert icmlbook.ParameterError is params.ParameterError
+    assert icmlbook.ParameterError is tiers.ParameterError
     with pytest.raises(AttributeError):
         icmlbook.no_such_thing  # noqa: B018
 
@@ -63,30 +63,30 @@ def test_freed_memory_is_kept_where_glibc_allows():
         assert applied
 
 
-# -- params ------------------------------------------------------------------
+# -- parameter checks (tiers) ----------------------------------------------
 @pytest.mark.parametrize("call, message", [
-    (lambda: params.check_tier("huge"), "tier must be one of smoke, default, full"),
-    (lambda: params.check_seed(-1), r"seed must be in \[0, "),
-    (lambda: params.check_int("n", 2.5), "n must be an integer"),
-    (lambda: params.check_int("n", True), "n must be an integer"),
-    (lambda: params.check_int("n", 0, 1, 5), r"n must be in \[1, 5\]; got 0"),
-    (lambda: params.check_range("a", "x"), "a must be a number"),
-    (lambda: params.check_range("a", float("nan")), "a must be finite"),
-    (lambda: params.check_range("a", 0.0, 0.0, 1.0, lo_open=True), r"a must be in \(0.0, 1.0\]"),
-    (lambda: params.check_range("a", 2.0, None, 1.0), r"a must be in \[-inf, 1.0\]"),
-    (lambda: params.check_choice("m", "z", ["a", "b"]), "m must be one of 'a', 'b'; got 'z'"),
+    (lambda: tiers.check_tier("huge"), "tier must be one of smoke, default, full"),
+    (lambda: tiers.check_seed(-1), r"seed must be in \[0, "),
+    (lambda: tiers.check_int("n", 2.5), "n must be an integer"),
+    (lambda: tiers.check_int("n", True), "n must be an integer"),
+    (lambda: tiers.check_int("n", 0, 1, 5), r"n must be in \[1, 5\]; got 0"),
+    (lambda: tiers.check_range("a", "x"), "a must be a number"),
+    (lambda: tiers.check_range("a", float("nan")), "a must be finite"),
+    (lambda: tiers.check_range("a", 0.0, 0.0, 1.0, lo_open=True), r"a must be in \(0.0, 1.0\]"),
+    (lambda: tiers.check_range("a", 2.0, None, 1.0), r"a must be in \[-inf, 1.0\]"),
+    (lambda: tiers.check_choice("m", "z", ["a", "b"]), "m must be one of 'a', 'b'; got 'z'"),
 ])
 def test_parameter_errors_are_clear(call, message):
-    with pytest.raises(params.ParameterError, match=message):
+    with pytest.raises(tiers.ParameterError, match=message):
         call()
 
 
 def test_parameter_checks_pass_good_values_silently():
     # they return None, so a validation cell ending in a check shows no output
-    assert params.check_range("a", 1, 0, 1) is None
-    assert params.check_int("n", 3, 1, 5) is None
-    assert params.check_choice("m", "a", ["a"]) is None
-    assert params.check_tier("smoke") is None and params.check_seed(0) is None
+    assert tiers.check_range("a", 1, 0, 1) is None
+    assert tiers.check_int("n", 3, 1, 5) is None
+    assert tiers.check_choice("m", "a", ["a"]) is None
+    assert tiers.check_tier("smoke") is None and tiers.check_seed(0) is None
 
 
 # -- session and claims ------------------------------------------------------
@@ -550,9 +550,9 @@ def test_resolve_chapters():
 def test_validate_runs_the_chapters_own_checks():
     ch05 = chapters.resolve("5", chapters.list_chapters())
     assert batch.validate(ch05, {"alpha": "0.2"}) == {"alpha": 0.2}
-    with pytest.raises(params.ParameterError, match="no parameter 'nope'"):
+    with pytest.raises(tiers.ParameterError, match="no parameter 'nope'"):
         batch.validate(ch05, {"nope": 1})
-    with pytest.raises(params.ParameterError, match=r"alpha must be in \(0.0, 0.5\]"):
+    with pytest.raises(tiers.ParameterError, match=r"alpha must be in \(0.0, 0.5\]"):
         batch.validate(ch05, {"alpha": "0.9"})
 
 
