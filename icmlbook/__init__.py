@@ -14,7 +14,7 @@ from typing import Any
 __version__ = "0.1.0"
 
 GROUPS = {
-    "kit": ("tiers", "record", "verdicts", "session", "chapters", "results",
+    "kit": ("tiers", "verdicts", "session", "chapters", "results",
             "plot", "progressbar", "widgets", "timing", "data"),
     "models": ("nn", "tinygpt", "toylang", "diffusion"),
     "tools": ("batch", "bench", "report", "offline_html", "cli"),
@@ -26,11 +26,10 @@ before it (tools -> models -> kit)."""
 _EXPORTS = {name: module for module, names in {
     "tiers": ("TIERS", "ParameterError", "check_tier", "check_seed", "check_int", "check_range",
               "check_choice"),
-    "session": ("start", "Session", "ClaimFailed", "solution_check"),
+    "session": ("start", "Session", "ClaimFailed", "solution_check", "read_record"),
     "progressbar": ("progress",),
     "widgets": ("explore",),
     "plot": ("use_style", "method_styles", "log_axis"),
-    "record": ("read_record",),
     "nn": ("MLP", "Adam"),
     "timing": ("seconds_in_turns",),
     "data": ("digits",),

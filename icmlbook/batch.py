@@ -24,8 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from icmlbook.chapters import Chapter, skip_iri_grammar
-from icmlbook.record import read_record, tally
 from icmlbook.results import split_of
+from icmlbook.session import read_record, tally
 from icmlbook.tiers import RULES, ParameterError, check_seed, check_tier, shown
 
 COLUMNS = ["chapter", "slug", "seed", "split", "tier", "kind", "versus", "name", "value",

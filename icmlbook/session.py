@@ -1,4 +1,5 @@
-"""A chapter's run: tier config, seeding, claim checks and the run record.
+"""A chapter's run: tier config, seeding, claim checks and the run record (its format,
+and its reader :func:`read_record`).
 
     run = icmlbook.start("05_conformal_betting", tier=tier, seed=seed, params={...})
     cfg = run.pick(smoke=dict(T=3000), default=dict(T=6000))
@@ -21,14 +22,24 @@ import sys
 import time
 import zlib
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from icmlbook.record import KINDS, RECORD_MIME, RECORD_VERSION, SECTIONS, holding
 from icmlbook.tiers import (ENFORCED_TIERS, check_seed, check_tier, configure_torch, pick, rules,
                             seed_everything)
 from icmlbook.verdicts import (PROVENANCE, STRENGTH, Finding, Headline, paper_verdict,
                                print_verdict)
+
+RECORD_MIME = "application/vnd.icmlbook.record+json"
+RECORD_VERSION = 2
+"""2: findings, headlines and the paper's verdict; claims carry strength and provenance."""
+
+KINDS = ("paper", "check")
+"""paper: what the paper says its method does, isolating an ingredient or against a
+baseline; check: identities, closed forms, premises, counts."""
+SECTIONS = {"paper": "paper claims", "check": "checks"}
+
 
 _OPS = {"<=": operator.le, "<": operator.lt, ">=": operator.ge, ">": operator.gt}
 
@@ -300,6 +311,43 @@ def start(chapter: str, tier: str = "default", seed: int = 0,
     """Begin a chapter run: validate tier and seed, seed every generator, set torch up
     (``threads`` CPU threads; ``torch=False`` for chapters that never import it)."""
     return Session(chapter, tier, seed, params, threads=threads, torch=torch)
+
+
+# -- the run record's counts and its reader -----------------------------------------------
+def tally(claims: list[dict[str, Any]], kinds: tuple[str, ...] = KINDS,
+          labels: bool = True) -> str:
+    """Passed/total per kind of a record's claims: "paper claims 3/3, checks 2/2" (or
+    "3/3" for one kind with ``labels=False``; "" when there are none)."""
+    parts = []
+    for kind in kinds:
+        group = [c for c in claims if c.get("kind") == kind]
+        if group:
+            n = f"{sum(bool(c['passed']) for c in group)}/{len(group)}"
+            parts.append(f"{SECTIONS.get(kind, kind)} {n}" if labels else n)
+    return ", ".join(parts)
+
+
+def holding(claims: list[dict[str, Any]]) -> str:
+    """Passed/total per kind present, as a run's verdict and record say it: "3/3 paper
+    claims and 2/2 checks" ("" when there are none)."""
+    return " and ".join(f"{tally(claims, (k,), labels=False)} {SECTIONS[k]}" for k in KINDS
+                        if any(c["kind"] == k for c in claims))
+
+
+def read_record(notebook: str | Path | dict) -> dict[str, Any] | None:
+    """The last icmlbook record in an executed notebook (path or nbformat dict), or None."""
+    if isinstance(notebook, (str, Path)):
+        nb = json.loads(Path(notebook).read_text(encoding="utf-8"))
+    else:
+        nb = notebook
+    found = None
+    for cell in nb.get("cells", []):
+        for out in cell.get("outputs", []) or []:
+            data = out.get("data") or {}
+            if RECORD_MIME in data:
+                rec = data[RECORD_MIME]
+                found = json.loads(rec) if isinstance(rec, str) else rec
+    return found
 
 
 def _peak_rss_mb() -> float:

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 import icmlbook
-from icmlbook import batch, chapters, progressbar, record, session, tiers, widgets
+from icmlbook import batch, chapters, progressbar, session, tiers, widgets
 
 
 def test_import_is_light():
@@ -257,7 +257,7 @@ def test_results_file_is_checked_before_it_is_written(tmp_path):
 
 
 def test_read_record_takes_the_last():
-    mime = record.RECORD_MIME
+    mime = session.RECORD_MIME
     nb = {"cells": [
         {"cell_type": "code", "outputs": [{"output_type": "display_data",
                                            "data": {mime: {"n": 1}, "text/plain": "x"}}]},
@@ -265,8 +265,8 @@ def test_read_record_takes_the_last():
         {"cell_type": "code", "outputs": [{"output_type": "display_data",
                                            "data": {mime: json.dumps({"n": 2})}}]},
     ]}
-    assert record.read_record(nb) == {"n": 2}
-    assert record.read_record({"cells": []}) is None
+    assert session.read_record(nb) == {"n": 2}
+    assert session.read_record({"cells": []}) is None
 
 
 # -- progress ----------------------------------------------------------------
