@@ -15,7 +15,7 @@ __version__ = "0.1.0"
 
 GROUPS = {
     "kit": ("tiers", "verdicts", "session", "chapters", "results",
-            "plot", "progressbar", "widgets", "timing", "data"),
+            "plot", "progressbar", "widgets"),
     "models": ("nn", "tinygpt", "toylang", "diffusion"),
     "tools": ("batch", "bench", "report", "offline_html", "cli"),
 }
@@ -26,13 +26,12 @@ before it (tools -> models -> kit)."""
 _EXPORTS = {name: module for module, names in {
     "tiers": ("TIERS", "ParameterError", "check_tier", "check_seed", "check_int", "check_range",
               "check_choice"),
-    "session": ("start", "Session", "ClaimFailed", "solution_check", "read_record"),
+    "session": ("start", "Session", "ClaimFailed", "solution_check", "read_record",
+                "seconds_in_turns", "digits"),
     "progressbar": ("progress",),
     "widgets": ("explore",),
     "plot": ("use_style", "method_styles", "log_axis"),
     "nn": ("MLP", "Adam"),
-    "timing": ("seconds_in_turns",),
-    "data": ("digits",),
     "batch": ("sweep",),
     "results": ("across_seeds",),
 }.items() for name in names}

@@ -1,5 +1,6 @@
 """A chapter's run: tier config, seeding, claim checks and the run record (its format,
-and its reader :func:`read_record`).
+and its reader :func:`read_record`); timing arms fairly and the digits, which several
+chapters' experiments share.
 
     run = icmlbook.start("05_conformal_betting", tier=tier, seed=seed, params={...})
     cfg = run.pick(smoke=dict(T=3000), default=dict(T=6000))
@@ -24,7 +25,7 @@ import zlib
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, Callable
 
 from icmlbook.tiers import (ENFORCED_TIERS, check_seed, check_tier, configure_torch, pick, rules,
                             seed_everything)
@@ -311,6 +312,46 @@ def start(chapter: str, tier: str = "default", seed: int = 0,
     """Begin a chapter run: validate tier and seed, seed every generator, set torch up
     (``threads`` CPU threads; ``torch=False`` for chapters that never import it)."""
     return Session(chapter, tier, seed, params, threads=threads, torch=torch)
+
+
+# -- what several chapters' experiments share ---------------------------------------------
+def seconds_in_turns(fns: dict[str, Callable[[], object]], reps: int = 3,
+                     clock: Callable[[], float] = time.process_time) -> dict[str, float]:
+    """Median seconds of each ``fn()`` over ``reps`` repeats, by ``clock`` (CPU time of
+    this process by default). The fns take turns in every repeat, so a burst of load
+    from elsewhere hits all of them alike; torch's global RNG is left as it was, so
+    timing changes no other number of the run."""
+    import statistics
+
+    import torch
+
+    times: dict[str, list[float]] = {name: [] for name in fns}
+    with torch.random.fork_rng():
+        for _ in range(reps):
+            for name, fn in fns.items():
+                start = clock()
+                fn()
+                times[name].append(clock() - start)
+    return {name: float(statistics.median(t)) for name, t in times.items()}
+
+
+def digits() -> tuple[Any, Any]:
+    """The 1797 digits as ``(X, y)``: pixels 0..16 as float64, shape (1797, 64), and
+    the labels 0..9 as int64, in the file's order (that of ``load_digits``). Read without
+    importing scikit-learn, which costs a second or two, more than the smoke tier can spare."""
+    import gzip
+    import importlib.util
+
+    import numpy as np
+
+    spec = importlib.util.find_spec("sklearn")
+    if spec is None or not spec.submodule_search_locations:
+        raise ModuleNotFoundError("icmlbook.digits() reads the digits shipped with "
+                                  "scikit-learn; install it (pip install scikit-learn)")
+    path = Path(spec.submodule_search_locations[0]) / "datasets" / "data" / "digits.csv.gz"
+    with gzip.open(path) as f:
+        table = np.loadtxt(f, delimiter=",")
+    return table[:, :-1], table[:, -1].astype(np.int64)
 
 
 # -- the run record's counts and its reader -----------------------------------------------
