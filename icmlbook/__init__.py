@@ -15,7 +15,7 @@ __version__ = "0.1.0"
 
 GROUPS = {
     "kit": ("tiers", "verdicts", "session", "chapters", "results",
-            "plot", "progressbar", "widgets"),
+            "plot", "widgets"),
     "models": ("nn", "tinygpt", "toylang", "diffusion"),
     "tools": ("batch", "bench", "report", "offline_html", "cli"),
 }
@@ -28,8 +28,7 @@ _EXPORTS = {name: module for module, names in {
               "check_choice"),
     "session": ("start", "Session", "ClaimFailed", "solution_check", "read_record",
                 "seconds_in_turns", "digits"),
-    "progressbar": ("progress",),
-    "widgets": ("explore",),
+    "widgets": ("progress", "explore"),
     "plot": ("use_style", "method_styles", "log_axis"),
     "nn": ("MLP", "Adam"),
     "batch": ("sweep",),

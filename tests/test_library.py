@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 import icmlbook
-from icmlbook import batch, chapters, progressbar, session, tiers, widgets
+from icmlbook import batch, chapters, session, tiers, widgets
 
 
 def test_import_is_light():
@@ -272,7 +272,7 @@ def test_read_record_takes_the_last():
 # -- progress ----------------------------------------------------------------
 def test_progress_headless_prints_a_few_lines(monkeypatch, capsys):
     monkeypatch.setenv("ICMLBOOK_HEADLESS", "1")
-    bar = progressbar.progress(range(100), desc="train", lines=4)
+    bar = widgets.progress(range(100), desc="train", lines=4)
     total = 0
     for i in bar:
         bar.set_postfix(loss=1.0 / (i + 1))
@@ -284,7 +284,7 @@ def test_progress_headless_prints_a_few_lines(monkeypatch, capsys):
 
 def test_progress_interactive_uses_tqdm(monkeypatch):
     monkeypatch.delenv("ICMLBOOK_HEADLESS", raising=False)
-    bar = progressbar.progress(range(3), desc="x")
+    bar = widgets.progress(range(3), desc="x")
     assert list(bar) == [0, 1, 2]
     assert type(bar).__module__.startswith("tqdm")
 
