@@ -17,7 +17,7 @@ GROUPS = {
     "kit": ("tiers", "verdicts", "session", "chapters", "results",
             "plot", "widgets"),
     "models": ("nn", "tinygpt", "toylang", "diffusion"),
-    "tools": ("batch", "bench", "report", "offline_html", "cli"),
+    "tools": ("batch", "report", "offline_html", "cli"),
 }
 """Each module's group. A module imports only from its own group or the groups listed
 before it (tools -> models -> kit)."""

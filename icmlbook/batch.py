@@ -1,6 +1,6 @@
 """The batch engine behind ``icmlbook run``, ``sweep`` and ``bench``: plan chapter runs,
 execute each with papermill in a fresh kernel (here, one after the other, or as Dask
-tasks), keep their records, and make the tidy table of a sweep.
+tasks), keep their records, make the tidy table of a sweep and the bench report.
 
     jobs = plan(chapters, "default", range(10), {})           # validated, no kernel yet
     results = run_jobs(jobs, Path("runs"), workers=2)         # papermill, one kernel each
@@ -14,6 +14,7 @@ import hashlib
 import json
 import logging
 import os
+import platform
 import signal
 import sys
 import tempfile
@@ -26,7 +27,8 @@ from typing import Any
 from icmlbook.chapters import Chapter, skip_iri_grammar
 from icmlbook.results import split_of
 from icmlbook.session import read_record, tally
-from icmlbook.tiers import RULES, ParameterError, check_seed, check_tier, shown
+from icmlbook.tiers import (NOTEBOOK_MB, RULES, ParameterError, check_seed, check_tier,
+                            shown)
 
 COLUMNS = ["chapter", "slug", "seed", "split", "tier", "kind", "versus", "name", "value",
            "op", "threshold", "passed", "strength", "provenance", "strict", "strict_passed",
@@ -93,11 +95,6 @@ class Result:
     def kind_counts(self, kind: str) -> str:
         """"passed/total" of the claims of one kind ("" when there are none)."""
         return tally((self.record or {}).get("claims", []), kinds=(kind,), labels=False)
-
-    @property
-    def claims(self) -> tuple[int, int]:
-        claims = (self.record or {}).get("claims", [])
-        return sum(c["passed"] for c in claims), len(claims)
 
     @property
     def verdict(self) -> str:
@@ -473,3 +470,54 @@ def sweep(chapters: list[str | Chapter] | None = None, seeds: Any = range(10),
     df = tidy(results)
     write_tables(df, out)
     return df
+
+
+# -- the bench report ----------------------------------------------------------------------
+def bench(chapters: list[Chapter], tiers: list[str], report: Path) -> int:
+    """``icmlbook bench``: wall time, peak memory and notebook size against the budgets,
+    written to ``report`` (Markdown); 1 if a run failed or is over a budget. Chapters run
+    one at a time: on 2 cores a parallel job slows a chapter several-fold."""
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="icmlbook-bench-") as tmp:
+        for ch in chapters:
+            for tier in tiers:
+                print(f"[bench] {ch.number} {ch.slug} at {tier} ...", flush=True)
+                r = execute(ch, tier, 0, {}, Path(tmp))
+                rec = r.record or {}
+                size = Path(r.output).stat().st_size / 2**20 if Path(r.output).exists() else 0.0
+                committed = ch.ipynb.stat().st_size / 2**20 if ch.ipynb.exists() else 0.0
+                rows.append({
+                    "chapter": f"{ch.number} {ch.slug}", "tier": tier, "ok": r.ok,
+                    "seconds": r.seconds, "budget": RULES[tier].budget_s,
+                    "peak_mb": rec.get("peak_rss_mb"), "widget_s": rec.get("widget_seconds"),
+                    "nb_mb": size, "committed_mb": committed,
+                    "claims": tally(rec.get("claims", [])) or "-", "error": r.error,
+                })
+    lines = _bench_table(rows)
+    print("\n".join(lines))
+    report.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    print(f"\nwritten to {report}")
+    return int(any(not r["ok"] or _over_budget(r) for r in rows))
+
+
+def _over_budget(r: dict[str, Any]) -> bool:
+    return bool((r["budget"] and r["seconds"] > r["budget"])
+                or (r["peak_mb"] and RULES[r["tier"]].memory_mb
+                    and r["peak_mb"] > RULES[r["tier"]].memory_mb)
+                or r["committed_mb"] > NOTEBOOK_MB)
+
+
+def _bench_table(rows: list[dict[str, Any]]) -> list[str]:
+    limits = ", ".join(f"{t} <= {r.budget_s:g} s and {r.memory_mb:g} MB"
+                       for t, r in RULES.items() if r.budget_s)
+    head = (f"# icmlbook bench ({time.strftime('%Y-%m-%d %H:%M')}, {platform.machine()}, "
+            f"budgets: {limits}, notebook <= {NOTEBOOK_MB:g} MB)")
+    lines = [head, "", "| chapter | tier | seconds | peak MB | slowest widget s | notebook MB "
+             "| committed MB | claims | within budget |", "|---|---|---:|---:|---:|---:|---:|---|---|"]
+    for r in rows:
+        ok = "ERROR: " + (r["error"] or "") if not r["ok"] else ("no" if _over_budget(r) else "yes")
+        peak = f"{r['peak_mb']:.0f}" if r["peak_mb"] else "?"
+        widget = f"{r['widget_s']:.2f}" if r["widget_s"] is not None else "-"
+        lines.append(f"| {r['chapter']} | {r['tier']} | {r['seconds']:.1f} | {peak} | {widget} "
+                     f"| {r['nb_mb']:.2f} | {r['committed_mb']:.2f} | {r['claims']} | {ok} |")
+    return lines

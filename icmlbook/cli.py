@@ -327,7 +327,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from icmlbook.bench import bench
+    from icmlbook.batch import bench
 
     chapters = _select(args)
     tiers = [t.strip() for t in args.tiers.split(",") if t.strip()]

@@ -171,14 +171,13 @@ def test_a_failed_check_is_enforced_like_a_claim():
 
 def test_tier_rules_are_one_table_read_by_the_rest():
     from icmlbook import batch as runner
-    from icmlbook import bench
 
     assert tiers.TIERS == ("smoke", "default", "full")
     assert tiers.ENFORCED_TIERS == ("default", "full")
     assert tiers.RULES["smoke"].exercise_widgets and not tiers.RULES["default"].exercise_widgets
     assert tiers.RULES["full"].cuda and not tiers.RULES["default"].cuda
     assert tiers.RULES["full"].cell_timeout_s is None
-    assert runner.RULES is tiers.RULES and bench.RULES is tiers.RULES
+    assert runner.RULES is tiers.RULES
     # no import cycle: tiers imports nothing from the package
     src = (Path(tiers.__file__)).read_text()
     assert "from icmlbook" not in src and "import icmlbook" not in src
@@ -574,16 +573,14 @@ def test_runner_clean_strips_noise():
 
 
 def test_bench_report_flags_over_budget():
-    from icmlbook import bench
-
     row = {"chapter": "05 x", "tier": "smoke", "ok": True, "seconds": 20.0, "budget": 15.0,
            "peak_mb": 200.0, "widget_s": 0.3, "nb_mb": 0.3, "committed_mb": 0.3,
            "claims": "5/5", "error": None}
-    assert bench._over(row)
-    assert not bench._over({**row, "seconds": 10.0})
-    assert bench._over({**row, "seconds": 10.0, "peak_mb": 2000.0})
-    assert bench._over({**row, "seconds": 10.0, "committed_mb": 2.0})
-    lines = bench._markdown([row, {**row, "seconds": 10.0}])
+    assert batch._over_budget(row)
+    assert not batch._over_budget({**row, "seconds": 10.0})
+    assert batch._over_budget({**row, "seconds": 10.0, "peak_mb": 2000.0})
+    assert batch._over_budget({**row, "seconds": 10.0, "committed_mb": 2.0})
+    lines = batch._bench_table([row, {**row, "seconds": 10.0}])
     assert lines[-2].endswith("| no |") and lines[-1].endswith("| yes |")
 
 
