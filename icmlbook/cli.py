@@ -12,6 +12,7 @@ import argparse
 import json
 import os
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -165,33 +166,25 @@ def _overrides(pairs: list[list[str]], seed_flag: str) -> dict[str, str]:
     return values
 
 
-def _writable_file(path: str | None, flag: str) -> None:
-    """``path`` can be written: a file (new or existing) in an existing, writable folder.
-    Checked before any kernel starts, so that no finished run is lost at the end."""
+def _writable(path: str | None, flag: str, folder: bool = False) -> None:
+    """``path`` can be written: a folder (made if missing) or a file (new or existing) in
+    an existing folder. Checked before any kernel starts, so no finished run is lost."""
     if path is None:
         return
     p = Path(path)
     try:
+        if folder:
+            if not path or (p.exists() and not p.is_dir()):
+                raise UsageError(f"{flag} {shown(path)}: needs a folder")
+            p.mkdir(parents=True, exist_ok=True)
+            tempfile.TemporaryFile(dir=p).close()
+            return
         if not path or p.is_dir() or not p.parent.is_dir():
             raise UsageError(f"{flag} {shown(path)}: needs a file in an existing folder")
         existed = p.exists()
         open(p, "a", encoding="utf-8").close()
         if not existed:
             p.unlink()
-    except OSError as exc:
-        raise UsageError(f"{flag} {shown(path)}: cannot write there ({exc.strerror})") from None
-
-
-def _writable_dir(path: str, flag: str) -> None:
-    """``path`` is (or can be made) a folder we can write files into."""
-    import tempfile
-
-    p = Path(path)
-    try:
-        if not path or (p.exists() and not p.is_dir()):
-            raise UsageError(f"{flag} {shown(path)}: needs a folder")
-        p.mkdir(parents=True, exist_ok=True)
-        tempfile.TemporaryFile(dir=p).close()
     except OSError as exc:
         raise UsageError(f"{flag} {shown(path)}: cannot write there ({exc.strerror})") from None
 
@@ -222,8 +215,20 @@ def parse_seeds(spec: str) -> list[int]:
     return sorted(seeds)
 
 
+def _execute(jobs: list[Any], out_dir: Path, stopped: str, **kw: Any) -> tuple[list[Any], int]:
+    """Run the jobs: (results, 0), or after Ctrl-C (the finished runs, 130), saying
+    ``stopped`` about them."""
+    from icmlbook.batch import Interrupted, run_jobs
+
+    try:
+        return run_jobs(jobs, out_dir, **kw), 0
+    except Interrupted as exc:
+        print(f"\ninterrupted: {len(exc.results)} {stopped}", file=sys.stderr)
+        return exc.results, 130
+
+
 def cmd_run(args: argparse.Namespace) -> int:
-    from icmlbook.batch import Interrupted, plan, run_jobs
+    from icmlbook.batch import plan
 
     chapters = _select(args)
     if args.jobs < 1:
@@ -235,16 +240,11 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise UsageError("--inplace stores the committed outputs: default tier, seed 0, "
                          "no -p (use --out for other runs)")
     jobs = plan(chapters, args.tier, [args.seed], overrides)
-    _writable_dir(args.out, "--out")
-    _writable_file(args.json, "--json")
-    workers = _workers(args.jobs, len(jobs), "--jobs")
-    status = 0
-    try:
-        results = run_jobs(jobs, Path(args.out), workers=workers, inplace=args.inplace,
-                           verbose=args.verbose)
-    except Interrupted as exc:
-        print(f"\ninterrupted: {len(exc.results)} run(s) had finished", file=sys.stderr)
-        results, status = exc.results, 130
+    _writable(args.out, "--out", folder=True)
+    _writable(args.json, "--json")
+    results, status = _execute(jobs, Path(args.out), "run(s) had finished",
+                               workers=_workers(args.jobs, len(jobs), "--jobs"),
+                               inplace=args.inplace, verbose=args.verbose)
     _table(results)
     if args.json:
         Path(args.json).write_text(json.dumps([r.as_json() for r in results], indent=2) + "\n")
@@ -265,7 +265,7 @@ def _table(results: list[Any]) -> None:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
-    from icmlbook.batch import Interrupted, plan, run_jobs, tidy, write_tables
+    from icmlbook.batch import plan, tidy, write_tables
 
     chapters = _select(args)
     seeds = parse_seeds(args.seeds)
@@ -278,18 +278,15 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         raise UsageError("--update-results writes the committed results: --seeds 0-9 "
                          "(calibration) or 0-19 (with confirmation), --tier default, no -p")
     jobs = plan(chapters, args.tier, seeds, overrides)
-    _writable_dir(args.out, "--out")
-    _writable_file(args.json, "--json")
+    _writable(args.out, "--out", folder=True)
+    _writable(args.json, "--json")
     out = Path(args.out)
     workers = _workers(args.workers or os.cpu_count() or 1, len(jobs), "--workers")
-    status = 0
     try:
-        results = run_jobs(jobs, out / "notebooks", workers=workers, scheduler=args.scheduler,
-                           records_dir=out / "records", resume=args.resume)
-    except Interrupted as exc:
-        print(f"\ninterrupted: {len(exc.results)} finished run(s) are in {out / 'records'}; "
-              "--resume continues", file=sys.stderr)
-        results, status = exc.results, 130
+        results, status = _execute(jobs, out / "notebooks", f"finished run(s) are in "
+                                   f"{out / 'records'}; --resume continues", workers=workers,
+                                   scheduler=args.scheduler, records_dir=out / "records",
+                                   resume=args.resume)
     except OSError as exc:  # e.g. no scheduler at --scheduler
         raise UsageError(f"cannot reach the Dask scheduler {args.scheduler}: {exc}") from exc
     df = tidy(results)
@@ -336,7 +333,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         raise UsageError(f"--tiers: unknown tier {shown(bad[0])}; tiers are {', '.join(TIERS)}")
     if not tiers:
         raise UsageError(f"--tiers: name at least one tier of {', '.join(TIERS)}")
-    _writable_file(args.out, "--out")
+    _writable(args.out, "--out")
     return bench(chapters, tiers, Path(args.out))
 
 
