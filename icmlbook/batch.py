@@ -19,14 +19,14 @@ import signal
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from functools import partial
 from pathlib import Path
 from typing import Any
 
 from icmlbook.chapters import Chapter, skip_iri_grammar
 from icmlbook.results import split_of
-from icmlbook.session import read_record, tally
+from icmlbook.session import holding, read_record
 from icmlbook.tiers import (NOTEBOOK_MB, RULES, ParameterError, check_seed, check_tier,
                             shown)
 
@@ -92,29 +92,26 @@ class Result:
     def key(self) -> str:
         return run_key(f"ch{self.chapter}_{self.slug}", self.tier, self.seed, self.params)
 
-    def kind_counts(self, kind: str) -> str:
-        """"passed/total" of the claims of one kind ("" when there are none)."""
-        return tally((self.record or {}).get("claims", []), kinds=(kind,), labels=False)
+    @property
+    def claims(self) -> list[dict[str, Any]]:
+        """The paper claims and checks of the run record (none without one)."""
+        return (self.record or {}).get("claims") or []
 
     @property
     def verdict(self) -> str:
         """PASS, FAILED, RECORDED (smoke: failures recorded, not enforced) or ERROR (the run
         ended before its claims), read from the run record's status."""
         status = (self.record or {}).get("status")
-        if not (self.record or {}).get("claims") or (not self.ok and status == "passed"):
+        if not self.claims or (not self.ok and status == "passed"):
             return "ERROR"  # no claims, or a cell after the verdict failed
         return {"passed": "PASS", "failed": "FAILED", "recorded": "RECORDED"}.get(status, "ERROR")
 
     def as_json(self) -> dict[str, Any]:
-        return {"chapter": self.chapter, "slug": self.slug, "tier": self.tier, "seed": self.seed,
-                "params": self.params, "output": self.output, "seconds": round(self.seconds, 2),
-                "ok": self.ok, "verdict": self.verdict, "error": self.error,
-                "code_hash": self.code_hash, "record": self.record}
+        return {**asdict(self), "seconds": round(self.seconds, 2), "verdict": self.verdict}
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> Result:
-        return cls(d["chapter"], d["slug"], d["tier"], d["seed"], d["params"], d["output"],
-                   d["seconds"], d["ok"], d["error"], d["record"], d.get("code_hash", ""))
+        return cls(**{f.name: d[f.name] for f in fields(cls) if f.name in d})
 
 
 def source_notebook(chapter: Chapter) -> Any:
@@ -410,7 +407,7 @@ def describe(r: Result) -> str:
     """One line for a finished run: verdict, chapter, seed, time, paper claims, checks."""
     extra = f": {r.error}" if r.error else ""
     return (f"[{r.verdict.lower()}] {r.chapter} {r.slug} (tier {r.tier}, seed {r.seed}) in "
-            f"{r.seconds:.1f}s, {tally((r.record or {}).get('claims', []))}{extra}")
+            f"{r.seconds:.1f}s, {holding(r.claims)}{extra}")
 
 
 # -- the tidy table -----------------------------------------------------------------------
@@ -425,11 +422,10 @@ def tidy(results: list[Result]) -> Any:
                 "split": split_of(r.seed),
                 "status": r.verdict, "seconds": round(r.seconds, 2),
                 "peak_mb": rec.get("peak_rss_mb"), "code_hash": r.code_hash}
-        claims = rec.get("claims") or []
-        if not claims:
+        if not r.claims:
             rows.append({**base, "kind": "error", "versus": None, "name": r.error, "value": None,
                          "op": None, "threshold": None, "passed": False})
-        for c in claims:
+        for c in r.claims:
             rows.append({**base, "kind": c["kind"], "versus": c.get("versus"),
                          "name": c["name"], "value": c["value"], "op": c["op"],
                          "threshold": c["threshold"], "passed": bool(c["passed"]),
@@ -491,7 +487,7 @@ def bench(chapters: list[Chapter], tiers: list[str], report: Path) -> int:
                     "seconds": r.seconds, "budget": RULES[tier].budget_s,
                     "peak_mb": rec.get("peak_rss_mb"), "widget_s": rec.get("widget_seconds"),
                     "nb_mb": size, "committed_mb": committed,
-                    "claims": tally(rec.get("claims", [])) or "-", "error": r.error,
+                    "claims": holding(r.claims) or "-", "error": r.error,
                 })
     lines = _bench_table(rows)
     print("\n".join(lines))

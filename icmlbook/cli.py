@@ -256,11 +256,13 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def _table(results: list[Any]) -> None:
+    from icmlbook.session import tally
+
     print(f"\n{'chapter':<34} {'tier':<8} {'seed':>4} {'seconds':>8} {'paper':>6} "
           f"{'checks':>6}  verdict")
     for r in results:
         print(f"{r.chapter + ' ' + r.slug:<34} {r.tier:<8} {r.seed:>4} {r.seconds:>8.1f} "
-              f"{r.kind_counts('paper') or '-':>6} {r.kind_counts('check') or '-':>6}  "
+              f"{tally(r.claims, 'paper') or '-':>6} {tally(r.claims, 'check') or '-':>6}  "
               f"{r.verdict}")
 
 

@@ -27,8 +27,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, Callable
 
-from icmlbook.tiers import (ENFORCED_TIERS, check_seed, check_tier, configure_torch, pick, rules,
-                            seed_everything)
+from icmlbook.tiers import check_seed, check_tier, configure_torch, pick, rules, seed_everything
 from icmlbook.verdicts import (PROVENANCE, STRENGTH, Finding, Headline, paper_verdict,
                                print_verdict)
 
@@ -45,13 +44,11 @@ SECTIONS = {"paper": "paper claims", "check": "checks"}
 _OPS = {"<=": operator.le, "<": operator.lt, ">=": operator.ge, ">": operator.gt}
 
 
-def _check_op(what: str, op: str) -> None:
+def _holds(what: str, value: float, op: str, threshold: float) -> bool:
+    """``value op threshold``, where NaN and infinities never hold; a ValueError names
+    ``what`` for an unknown ``op``."""
     if op not in _OPS:
         raise ValueError(f"{what}: op must be one of {list(_OPS)}; got {op!r}")
-
-
-def _holds(value: float, op: str, threshold: float) -> bool:
-    """``value op threshold``, where NaN and infinities never hold."""
     return bool(math.isfinite(value) and _OPS[op](value, threshold))
 
 
@@ -106,7 +103,7 @@ class Session:
     @property
     def enforced(self) -> bool:
         """Whether failed claims raise (default and full) or are only recorded (smoke)."""
-        return self.tier in ENFORCED_TIERS
+        return rules(self.tier).enforce_claims
 
     def pick(self, **per_tier: dict[str, Any]) -> SimpleNamespace:
         """This tier's config; see :func:`icmlbook.tiers.pick`."""
@@ -166,7 +163,7 @@ class Session:
         c = Claim(name, statement, float(value), op, float(threshold), False, "paper", versus,
                   against, strength, provenance, None if strict is None else float(strict))
         if c.strict is not None:
-            c.strict_passed = _holds(c.value, op, c.strict)
+            c.strict_passed = _holds(f"claim {name!r}", c.value, op, c.strict)
         return self._declare(c, digits)
 
     def finding(self, name: str, value: float, op: str, reference: float, *, paper: str,
@@ -176,11 +173,10 @@ class Session:
         paper's statement in its own direction, ``paper`` quotes it, ``shows`` says what
         the measurement shows. Recorded, never enforced; returns whether the paper's
         direction held on this run."""
-        _check_op(f"finding {name!r}", op)
         if any(f.name == name for f in self.findings) or any(c.name == name for c in self.claims):
             raise ValueError(f"finding {name!r} declared twice (or also a claim)")
         value = float(value)
-        holds = _holds(value, op, float(reference))
+        holds = _holds(f"finding {name!r}", value, op, float(reference))
         self.findings.append(Finding(name, paper, shows, value, op, float(reference), holds))
         print(f"{'paper direction holds' if holds else 'paper direction fails'}  [finding] "
               f"{name}: measured {value:.{digits}g} (the paper's statement: {op} "
@@ -209,10 +205,9 @@ class Session:
                                    "check"), digits)
 
     def _declare(self, c: Claim, digits: int) -> bool:
-        _check_op(f"claim {c.name!r}", c.op)
         if any(old.name == c.name for old in self.claims):
             raise ValueError(f"claim {c.name!r} declared twice")
-        c.passed = _holds(c.value, c.op, c.threshold)
+        c.passed = _holds(f"claim {c.name!r}", c.value, c.op, c.threshold)
         self.claims.append(c)
         tag = "[check] " if c.kind == "check" else ""
         print(f"{'PASS' if c.passed else 'FAIL'}  {tag}{c.name}: measured {c.value:.{digits}g} "
@@ -298,8 +293,7 @@ def solution_check(name: str, value: float, op: str, threshold: float, digits: i
     """The assertion that ends an exercise's worked solution: ``value op threshold``,
     printed, and an AssertionError at every tier when it fails. Solutions are not
     evidence for the paper: they touch neither the claims nor the run record."""
-    _check_op(f"solution check {name!r}", op)
-    ok = _holds(float(value), op, float(threshold))
+    ok = _holds(f"solution check {name!r}", float(value), op, float(threshold))
     print(f"solution check {'holds' if ok else 'FAILS'}: {name}: measured "
           f"{float(value):.{digits}g} (needs {op} {float(threshold):.10g})")
     if not ok:
@@ -355,24 +349,16 @@ def digits() -> tuple[Any, Any]:
 
 
 # -- the run record's counts and its reader -----------------------------------------------
-def tally(claims: list[dict[str, Any]], kinds: tuple[str, ...] = KINDS,
-          labels: bool = True) -> str:
-    """Passed/total per kind of a record's claims: "paper claims 3/3, checks 2/2" (or
-    "3/3" for one kind with ``labels=False``; "" when there are none)."""
-    parts = []
-    for kind in kinds:
-        group = [c for c in claims if c.get("kind") == kind]
-        if group:
-            n = f"{sum(bool(c['passed']) for c in group)}/{len(group)}"
-            parts.append(f"{SECTIONS.get(kind, kind)} {n}" if labels else n)
-    return ", ".join(parts)
+def tally(claims: list[dict[str, Any]], kind: str) -> str:
+    """"passed/total" of a record's claims of one kind ("" when there are none)."""
+    group = [c for c in claims if c.get("kind") == kind]
+    return f"{sum(bool(c['passed']) for c in group)}/{len(group)}" if group else ""
 
 
 def holding(claims: list[dict[str, Any]]) -> str:
-    """Passed/total per kind present, as a run's verdict and record say it: "3/3 paper
-    claims and 2/2 checks" ("" when there are none)."""
-    return " and ".join(f"{tally(claims, (k,), labels=False)} {SECTIONS[k]}" for k in KINDS
-                        if any(c["kind"] == k for c in claims))
+    """Passed/total per kind present, as a run's verdict, record and the batch engine say
+    it: "3/3 paper claims and 2/2 checks" ("" when there are none)."""
+    return " and ".join(f"{tally(claims, k)} {SECTIONS[k]}" for k in KINDS if tally(claims, k))
 
 
 def read_record(notebook: str | Path | dict) -> dict[str, Any] | None:

@@ -48,9 +48,6 @@ RULES: dict[str, TierRules] = {
 TIERS = tuple(RULES)
 """smoke, default, full: in increasing size."""
 
-ENFORCED_TIERS = tuple(t for t, r in RULES.items() if r.enforce_claims)
-"""Claims are enforced at these tiers and only recorded at the others."""
-
 NOTEBOOK_MB = 1.5
 """Largest committed notebook."""
 
