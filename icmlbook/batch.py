@@ -223,12 +223,7 @@ def plan(chapters: list[Chapter], tier: str, seeds: Any, overrides: dict[str, An
         check_seed(s)
     jobs = []
     for ch in chapters:
-        try:
-            values = validate(ch, {**overrides, "tier": tier, "seed": seeds[0] if seeds else 0})
-        except ParameterError as exc:
-            msg = str(exc)
-            prefix = "" if msg.startswith("chapter ") else f"chapter {ch.number} ({ch.slug}): "
-            raise ParameterError(prefix + msg) from exc
+        values = validate(ch, {**overrides, "tier": tier, "seed": seeds[0] if seeds else 0})
         values.pop("tier"), values.pop("seed")
         jobs += [Job(ch, tier, s, values) for s in seeds]
     return jobs
@@ -283,13 +278,14 @@ def coerce(raw: Any, default: Any) -> Any:
 
 def validate(chapter: Chapter, overrides: dict[str, Any]) -> dict[str, Any]:
     """Check override names and values against the chapter (its ``validate`` cell, run
-    in-process); return the coerced overrides, or raise :class:`ParameterError`."""
+    in-process); return the coerced overrides, or raise :class:`ParameterError` naming
+    the chapter."""
     params = chapter.parameters
+    name = f"chapter {chapter.number} ({chapter.slug})"
     unknown = [n for n in overrides if n not in params]
     if unknown:
-        raise ParameterError(
-            f"chapter {chapter.number} ({chapter.slug}) has no parameter "
-            f"{', '.join(map(shown, unknown))}; its parameters are: {', '.join(params)}")
+        raise ParameterError(f"{name} has no parameter {', '.join(map(shown, unknown))}; "
+                             f"its parameters are: {', '.join(params)}")
     values = {n: coerce(v, params[n].default) for n, v in overrides.items()}
     namespace: dict[str, Any] = {}
     exec(compile(chapter.cell("parameters") or "", f"<{chapter.stem} parameters>", "exec"),
@@ -299,12 +295,12 @@ def validate(chapter: Chapter, overrides: dict[str, Any]) -> dict[str, Any]:
     if check is not None:
         try:
             exec(compile(check, f"<{chapter.stem} validate>", "exec"), namespace)
-        except ParameterError:
-            raise
+        except ParameterError as exc:
+            raise ParameterError(f"{name}: {exc}") from exc
         except Exception as exc:  # a check that trips over an odd value: still bad input
             given = ", ".join(f"{n}={shown(v)}" for n, v in values.items()) or "the defaults"
-            raise ParameterError(f"chapter {chapter.number} ({chapter.slug}) cannot check "
-                                 f"{given}: {type(exc).__name__}: {exc}") from exc
+            raise ParameterError(f"{name} cannot check {given}: {type(exc).__name__}: "
+                                 f"{exc}") from exc
     return values
 
 
