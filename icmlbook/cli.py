@@ -49,11 +49,8 @@ def _parser() -> argparse.ArgumentParser:
     ls.set_defaults(func=cmd_list)
 
     run = sub.add_parser("run", help="execute chapters headless with papermill")
-    _add_selection(run)
-    run.add_argument("--tier", default="default", choices=TIERS, help="default: %(default)s")
+    _add_selection(run, runs=True)
     run.add_argument("--seed", type=int, default=0, help="default: %(default)s")
-    run.add_argument("-p", "--param", nargs=2, action="append", default=[],
-                     metavar=("NAME", "VALUE"), help="set a chapter parameter (repeatable)")
     run.add_argument("--out", default="runs", help="folder for executed notebooks "
                      "(default: %(default)s)")
     run.add_argument("--inplace", action="store_true", help="write the outputs into "
@@ -65,11 +62,8 @@ def _parser() -> argparse.ArgumentParser:
     run.set_defaults(func=cmd_run)
 
     sw = sub.add_parser("sweep", help="chapters x seeds on Dask: a tidy table of every claim")
-    _add_selection(sw)
+    _add_selection(sw, runs=True)
     sw.add_argument("--seeds", default="0-9", help="e.g. 0-9, 3, 0,2,5-7 (default: %(default)s)")
-    sw.add_argument("--tier", default="default", choices=TIERS, help="default: %(default)s")
-    sw.add_argument("-p", "--param", nargs=2, action="append", default=[],
-                    metavar=("NAME", "VALUE"), help="set a chapter parameter (repeatable)")
     sw.add_argument("--workers", type=int, default=None, help="workers of the embedded "
                     "LocalCluster (default: one per core)")
     sw.add_argument("--scheduler", metavar="ADDRESS", help="an existing Dask scheduler, e.g. "
@@ -95,9 +89,14 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def _add_selection(p: argparse.ArgumentParser) -> None:
+def _add_selection(p: argparse.ArgumentParser, runs: bool = False) -> None:
+    """The chapters to act on; with ``runs``, the runs' tier and parameters too."""
     p.add_argument("chapters", nargs="*", metavar="CH", help="number (5, 05) or slug")
     p.add_argument("--all", action="store_true", help="every chapter in _toc.yml")
+    if runs:
+        p.add_argument("--tier", default="default", choices=TIERS, help="default: %(default)s")
+        p.add_argument("-p", "--param", nargs=2, action="append", default=[],
+                       metavar=("NAME", "VALUE"), help="set a chapter parameter (repeatable)")
 
 
 def _root(args: argparse.Namespace) -> Path:

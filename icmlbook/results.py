@@ -140,8 +140,6 @@ def summary_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     counts the seeds on which a weaker claim also clears its superiority version."""
     groups: dict[str, list[dict[str, Any]]] = {}
     for r in rows:
-        r = {"strength": None, "provenance": None, "strict_passed": None, **r}
-        r["split"] = r.get("split") or split_of(int(r["seed"]))
         groups.setdefault(r["name"], []).append(r)
     out = []
     for name, g in groups.items():

@@ -254,13 +254,8 @@ class Session:
     # -- record ---------------------------------------------------------------
     def record(self) -> dict[str, Any]:
         """The machine-readable record of this run (also embedded by :meth:`finish`)."""
-        n_ok = sum(c.passed for c in self.claims)
-        if not self.claims:
-            status = "no-claims"
-        elif n_ok == len(self.claims):
-            status = "passed"
-        else:
-            status = "failed" if self.enforced else "recorded"
+        status = ("no-claims" if not self.claims else "passed" if all(c.passed for c in self.claims)
+                  else "failed" if self.enforced else "recorded")
         return {
             "icmlbook_record": RECORD_VERSION, "chapter": self.chapter, "tier": self.tier,
             "seed": self.seed, "params": _jsonable(self.params), "device": self.device,

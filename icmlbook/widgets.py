@@ -79,11 +79,9 @@ def extremes(widget: Any) -> list[Any]:
         return [(widget.min, widget.min), (widget.max, widget.max), (widget.min, widget.max)]
     if hasattr(widget, "min") and hasattr(widget, "max"):
         return [widget.min, widget.max]
-    if cls == "SelectMultiple":
-        opts = [o[1] if isinstance(o, tuple) else o for o in widget.options]
-        return [tuple(opts[:1]), tuple(opts)]
     if hasattr(widget, "options"):
-        return [o[1] if isinstance(o, tuple) else o for o in widget.options]
+        opts = [o[1] if isinstance(o, tuple) else o for o in widget.options]
+        return [tuple(opts[:1]), tuple(opts)] if cls == "SelectMultiple" else opts
     if isinstance(getattr(widget, "value", None), bool):
         return [True, False]
     return []

@@ -211,10 +211,13 @@ def _fake_book(tmp_path, rows):
 
 
 def _rows(values, kind="paper", name="c", op="<=", threshold=1.0):
-    return [{"seed": s, "kind": kind, "versus": "baseline" if kind == "paper" else None,
-             "name": name, "value": v, "op": op, "threshold": threshold,
-             "passed": v <= threshold, "seconds": 1.0, "peak_mb": 100.0, "code_hash": "abc"}
-            for s, v in enumerate(values)]
+    from icmlbook.results import split_of
+
+    return [{"seed": s, "split": split_of(s), "kind": kind,
+             "versus": "baseline" if kind == "paper" else None, "name": name, "value": v,
+             "op": op, "threshold": threshold, "passed": v <= threshold, "strength": None,
+             "provenance": None, "strict": None, "strict_passed": None, "seconds": 1.0,
+             "peak_mb": 100.0, "code_hash": "abc"} for s, v in enumerate(values)]
 
 
 def test_summary_counts_passes_and_worst_margin(tmp_path):
