@@ -65,6 +65,11 @@ class Job:
     def key(self) -> str:
         return run_key(self.chapter.stem, self.tier, self.seed, self.params)
 
+    def result(self, output: str, **kw: Any) -> Result:
+        """This run's :class:`Result`, with no outcome yet (or the one in ``kw``)."""
+        return Result(self.chapter.number, self.chapter.slug, self.tier, self.seed,
+                      dict(self.params), output, code_hash=self.chapter.code_hash, **kw)
+
 
 class Interrupted(Exception):
     """Ctrl-C during a batch: ``results`` holds the runs that had finished."""
@@ -147,10 +152,9 @@ def execute(chapter: Chapter, tier: str, seed: int, params: dict[str, Any], out_
     given = {"tier": tier, "seed": seed, **params}
     # inject only what differs from the parameters cell (a default run injects nothing)
     inject = {k: v for k, v in given.items() if k not in defaults or defaults[k].default != v}
-    key = run_key(chapter.stem, tier, seed, params)
-    out_path = chapter.ipynb if inplace else Path(out_dir) / f"{key}.ipynb"
-    result = Result(chapter.number, chapter.slug, tier, seed, dict(params), str(out_path),
-                    code_hash=chapter.code_hash)
+    job = Job(chapter, tier, seed, dict(params))
+    out_path = chapter.ipynb if inplace else Path(out_dir) / f"{job.key}.ipynb"
+    result = job.result(str(out_path))
     with tempfile.TemporaryDirectory(prefix="icmlbook-") as tmp:
         src = Path(tmp) / f"{chapter.stem}.ipynb"
         nbformat.write(source_notebook(chapter), src)
@@ -164,7 +168,8 @@ def execute(chapter: Chapter, tier: str, seed: int, params: dict[str, Any], out_
                                 execution_timeout=RULES[tier].cell_timeout_s)
             result.ok = True
         except pm.PapermillExecutionError as exc:
-            result.error = _describe(exc)
+            where = f"cell {exc.exec_count}" if getattr(exc, "exec_count", None) else "a cell"
+            result.error = f"{where}: {exc.ename}: {exc.evalue}".strip()
         except Exception as exc:  # kernel died, timeout, ...
             result.error = f"{type(exc).__name__}: {exc}"
         result.seconds = time.perf_counter() - t0
@@ -199,11 +204,6 @@ def running_cell(nb: Any) -> str:
     first = next((ln.strip() for ln in last[1].source.splitlines() if ln.strip()), "")
     first = first if len(first) <= 60 else first[:57] + "..."
     return f"cell {last[0]} (`{first}`)"
-
-
-def _describe(exc: Any) -> str:
-    where = f"cell {exc.exec_count}" if getattr(exc, "exec_count", None) else "a cell"
-    return f"{where}: {exc.ename}: {exc.evalue}".strip()
 
 
 def run_job(job: Job, out_dir: Path, inplace: bool = False, verbose: bool = False) -> Result:
@@ -384,10 +384,7 @@ def _on_dask(todo: list[tuple[int, Job]], out_dir: Path, inplace: bool, workers:
             try:
                 result = fut.result()
             except Exception as exc:  # the worker died (KilledWorker) or the task could not run
-                job = jobs[i]
-                result = Result(job.chapter.number, job.chapter.slug, job.tier, job.seed,
-                                dict(job.params), "", error=f"{type(exc).__name__}: {exc}",
-                                code_hash=job.chapter.code_hash)
+                result = jobs[i].result("", error=f"{type(exc).__name__}: {exc}")
             finished(i, result, say)
             progress.update(1)
     finally:

@@ -29,7 +29,7 @@ def skip_iri_grammar() -> None:
     sys.modules.setdefault("rfc3987_syntax", None)
 
 
-CHAPTER_RE = re.compile(r"^ch(\d\d)_([a-z0-9_]+)$")
+CHAPTER_RE = re.compile(r"^ch(\d\d)_([a-z0-9_]+?)(\.ipynb|\.py|\.md)?$")
 
 
 @dataclass(frozen=True)
@@ -205,9 +205,7 @@ def list_chapters(root: str | Path | None = None) -> list[Chapter]:
     chapters = []
     for part in toc.get("parts", []):
         for entry in part.get("chapters", []) or []:
-            stem = Path(entry.get("file", "")).name
-            stem = stem.rsplit(".", 1)[0] if stem.endswith((".ipynb", ".py", ".md")) else stem
-            m = CHAPTER_RE.match(stem)
+            m = CHAPTER_RE.match(Path(entry.get("file", "")).name)
             if m:
                 chapters.append(Chapter(m.group(1), m.group(2), part.get("caption", ""), root))
     return chapters

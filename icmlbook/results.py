@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import math
 import statistics
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -283,7 +284,8 @@ def _strip_plot(rows: list[dict[str, Any]], table: list[dict[str, Any]]) -> None
         ax.axhline(g[0]["threshold"], color="k", ls="--", lw=1)
         ax.set_xlim(-0.5, 0.5)
         ax.set_xticks([])
-        ax.set_title(("" if kind == "paper" else f"[{kind}] ") + _wrap(name), fontsize=7)
+        title = "\n".join(textwrap.wrap(name, 26)[:3])  # at most three short lines
+        ax.set_title(("" if kind == "paper" else f"[{kind}] ") + title, fontsize=7)
         ax.tick_params(labelsize=7)
     for ax in list(axes.flat)[len(names):]:
         ax.axis("off")
@@ -291,9 +293,3 @@ def _strip_plot(rows: list[dict[str, Any]], table: list[dict[str, Any]]) -> None
                  "red: a failing seed), its threshold (dashed); findings: purple where the "
                  "paper's direction held, orange where not", fontsize=8)
     plt.show()
-
-
-def _wrap(text: str, width: int = 26) -> str:
-    import textwrap
-
-    return "\n".join(textwrap.wrap(text, width)[:3])

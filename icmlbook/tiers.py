@@ -76,8 +76,7 @@ def pick(tier: str, **per_tier: dict[str, Any]) -> SimpleNamespace:
     unknown = set(per_tier) - set(TIERS)
     if unknown:
         raise ValueError(f"pick(): unknown tier keys {sorted(unknown)}; use {TIERS}")
-    order = TIERS[: TIERS.index(tier) + 1]
-    for name in reversed(order):
+    for name in reversed(TIERS[: TIERS.index(tier) + 1]):
         if name in per_tier:
             return SimpleNamespace(**per_tier[name])
     raise ValueError(f"pick(): no config for tier {tier!r} or a smaller tier")
