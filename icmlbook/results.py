@@ -119,17 +119,14 @@ def read_rows(chapter: Chapter) -> list[dict[str, Any]] | None:
     for r in rows:  # files made before the split/strength columns read with defaults
         r["seed"] = int(r["seed"])
         r["split"] = r.get("split") or split_of(r["seed"])
-        r["versus"] = r["versus"] or None
-        r["value"] = float(r["value"]) if r["value"] else math.nan
+        for k in ("versus", "strength", "provenance"):
+            r[k] = r.get(k) or None
+        for k in ("value", "seconds", "peak_mb"):
+            r[k] = float(r[k]) if r.get(k) else math.nan
         r["threshold"] = float(r["threshold"])
         r["passed"] = r["passed"] == "True"
-        r["strength"] = r.get("strength") or None
-        r["provenance"] = r.get("provenance") or None
         r["strict"] = float(r["strict"]) if r.get("strict") else None
-        r["strict_passed"] = (None if not r.get("strict_passed")
-                              else r["strict_passed"] == "True")
-        r["seconds"] = float(r["seconds"]) if r.get("seconds") else math.nan
-        r["peak_mb"] = float(r["peak_mb"]) if r.get("peak_mb") else math.nan
+        r["strict_passed"] = r["strict_passed"] == "True" if r.get("strict_passed") else None
     return rows
 
 
