@@ -29,7 +29,7 @@ from typing import Any, Callable
 
 from icmlbook.tiers import check_seed, check_tier, configure_torch, pick, rules, seed_everything
 from icmlbook.verdicts import (PROVENANCE, STRENGTH, Finding, Headline, paper_verdict,
-                               print_verdict)
+                               verdict_lines)
 
 RECORD_MIME = "application/vnd.icmlbook.record+json"
 RECORD_VERSION = 2
@@ -220,10 +220,11 @@ class Session:
         self.metrics[name] = _jsonable(value)
 
     def verdict(self) -> None:
-        """Print the verdict table and enforce claims and checks (at smoke: record only).
+        """Print the verdict table, the findings and the paper's verdict on this run, and
+        enforce claims and checks (at smoke: record only).
 
-        The table shows names, thresholds and verdicts, not the measured values (printed
-        by :meth:`claim`), so that nbval can compare it across machines."""
+        It shows names, thresholds and verdicts, not the measured values (printed by
+        :meth:`claim` and :meth:`finding`), so that nbval can compare it across machines."""
         if not self.claims:
             raise ValueError("verdict(): no claims were declared")
         mode = "enforced" if self.enforced else "recorded, not enforced"
@@ -241,8 +242,15 @@ class Session:
                       f"{c.op + ' ' + format(c.threshold, '.10g'):<12}  "
                       f"{c.versus or '-':<8}{more}  {'PASS' if c.passed else 'FAIL'}")
         print(f"{holding([asdict(c) for c in self.claims])} hold (tier {self.tier}: {mode})")
-        if self.findings or self.headlines:
-            print_verdict(self.headlines, self.claims, self.findings)
+        if self.findings:
+            width = max(len(f.name) for f in self.findings)
+            print("findings (recorded, not enforced)")
+            for f in self.findings:
+                way = "the paper's way" if f.holds else "against the paper"
+                print(f"  {f.name:<{width}}  paper: {f.op} {f.reference:.10g}  {way}")
+        if self.headlines:
+            v = paper_verdict(self.headlines, self.claims, self.findings)
+            print("\n".join(verdict_lines(v, "the paper's verdict on this run")))
         failed = [c for c in self.claims if not c.passed]
         if failed and self.enforced:
             self.finish()

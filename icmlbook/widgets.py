@@ -91,8 +91,7 @@ def extreme_settings(controls: dict[str, Any]) -> list[dict[str, Any]]:
     """Settings that visit every extreme of every control: setting i puts each control
     at its i-th extreme (its last one once it has run out), so all lows come together,
     then all highs, then the remaining options of the longest menu."""
-    ext = {k: extremes(w) for k, w in controls.items()}
-    ext = {k: v for k, v in ext.items() if v}
+    ext = {k: v for k, w in controls.items() if (v := extremes(w))}
     n = max((len(v) for v in ext.values()), default=0)
     return [{k: v[min(i, len(v) - 1)] for k, v in ext.items()} for i in range(n)]
 
