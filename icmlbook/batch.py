@@ -138,9 +138,9 @@ def clean(nb: Any) -> Any:
     return nb
 
 
-def execute(chapter: Chapter, tier: str, seed: int, params: dict[str, Any], out_dir: Path,
-            inplace: bool = False, verbose: bool = False) -> Result:
-    """Run one chapter headless with papermill; never raises for a failing chapter.
+def execute(job: Job, out_dir: Path, inplace: bool = False, verbose: bool = False) -> Result:
+    """Run one planned run headless with papermill (what a Dask worker is given); never
+    raises for a failing chapter.
 
     ``verbose`` streams the chapter's printed output (its progress lines) as it runs."""
     skip_iri_grammar()
@@ -148,11 +148,10 @@ def execute(chapter: Chapter, tier: str, seed: int, params: dict[str, Any], out_
     import papermill as pm
 
     os.environ["ICMLBOOK_HEADLESS"] = "1"
-    defaults = chapter.parameters
-    given = {"tier": tier, "seed": seed, **params}
+    chapter, defaults = job.chapter, job.chapter.parameters
+    given = {"tier": job.tier, "seed": job.seed, **job.params}
     # inject only what differs from the parameters cell (a default run injects nothing)
     inject = {k: v for k, v in given.items() if k not in defaults or defaults[k].default != v}
-    job = Job(chapter, tier, seed, dict(params))
     out_path = chapter.ipynb if inplace else Path(out_dir) / f"{job.key}.ipynb"
     result = job.result(str(out_path))
     with tempfile.TemporaryDirectory(prefix="icmlbook-") as tmp:
@@ -165,7 +164,7 @@ def execute(chapter: Chapter, tier: str, seed: int, params: dict[str, Any], out_
                                 progress_bar=False, log_output=verbose,
                                 stdout_file=sys.stdout if verbose else None,
                                 cwd=str(chapter.py.parent), extra_arguments=KERNEL_ARGS,
-                                execution_timeout=RULES[tier].cell_timeout_s)
+                                execution_timeout=RULES[job.tier].cell_timeout_s)
             result.ok = True
         except pm.PapermillExecutionError as exc:
             where = f"cell {exc.exec_count}" if getattr(exc, "exec_count", None) else "a cell"
@@ -204,12 +203,6 @@ def running_cell(nb: Any) -> str:
     first = next((ln.strip() for ln in last[1].source.splitlines() if ln.strip()), "")
     first = first if len(first) <= 60 else first[:57] + "..."
     return f"cell {last[0]} (`{first}`)"
-
-
-def run_job(job: Job, out_dir: Path, inplace: bool = False, verbose: bool = False) -> Result:
-    """Execute one planned run (what a Dask worker is given)."""
-    return execute(job.chapter, job.tier, job.seed, dict(job.params), Path(out_dir),
-                   inplace=inplace, verbose=verbose)
 
 
 def plan(chapters: list[Chapter], tier: str, seeds: Any, overrides: dict[str, Any]
@@ -337,7 +330,7 @@ def run_jobs(jobs: list[Job], out_dir: Path, *, workers: int = 1, scheduler: str
                 job = jobs[i]
                 say(f"[start] {job.chapter.number} {job.chapter.slug} (tier {job.tier}, "
                     f"seed {job.seed})")
-                finished(i, run_job(job, out_dir, inplace, verbose), say)
+                finished(i, execute(job, out_dir, inplace, verbose), say)
         elif todo:
             _on_dask([(i, jobs[i]) for i in todo], out_dir, inplace, workers, scheduler, finished)
     except KeyboardInterrupt:
@@ -375,7 +368,7 @@ def _on_dask(todo: list[tuple[int, Job]], out_dir: Path, inplace: bool, workers:
     futures = {}
     try:
         for i, job in todo:
-            fut = client.submit(run_job, job, out_dir, inplace, False, pure=False,
+            fut = client.submit(execute, job, out_dir, inplace, False, pure=False,
                                 key=f"icmlbook-{job.key}-{time.time_ns()}")
             futures[fut] = i
         jobs = dict(todo)
@@ -471,7 +464,7 @@ def bench(chapters: list[Chapter], tiers: list[str], report: Path) -> int:
         for ch in chapters:
             for tier in tiers:
                 print(f"[bench] {ch.number} {ch.slug} at {tier} ...", flush=True)
-                r = execute(ch, tier, 0, {}, Path(tmp))
+                r = execute(Job(ch, tier, 0), Path(tmp))
                 rec = r.record or {}
                 size = Path(r.output).stat().st_size / 2**20 if Path(r.output).exists() else 0.0
                 committed = ch.ipynb.stat().st_size / 2**20 if ch.ipynb.exists() else 0.0
