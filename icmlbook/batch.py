@@ -244,18 +244,16 @@ def load_records(records_dir: Path) -> dict[str, Result]:
 
 
 # -- parameters from the command line, checked before any kernel starts ----------------
+BOOLEANS = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}
+
+
 def coerce(raw: Any, default: Any) -> Any:
     """A command-line value as the type of the parameter's default, where that is clear."""
     if not isinstance(raw, str):
         return raw
     text = raw.strip()
     if isinstance(default, bool):
-        low = text.lower()
-        if low in ("true", "1", "yes"):
-            return True
-        if low in ("false", "0", "no"):
-            return False
-        return raw
+        return BOOLEANS.get(text.lower(), raw)
     if isinstance(default, str):
         return raw
     if isinstance(default, float) and text.lower().lstrip("+-") in ("nan", "inf", "infinity"):
@@ -405,8 +403,7 @@ def tidy(results: list[Result]) -> Any:
     for r in results:
         rec = r.record or {}
         base = {"chapter": r.chapter, "slug": r.slug, "seed": r.seed, "tier": r.tier,
-                "split": split_of(r.seed),
-                "status": r.verdict, "seconds": round(r.seconds, 2),
+                "split": split_of(r.seed), "status": r.verdict, "seconds": round(r.seconds, 2),
                 "peak_mb": rec.get("peak_rss_mb"), "code_hash": r.code_hash}
         if not r.claims:
             rows.append({**base, "kind": "error", "versus": None, "name": r.error, "value": None,

@@ -53,7 +53,7 @@ def write_results(chapter: Chapter, df: Any) -> Path:
     """Write the chapter's rows of a sweep ``df`` to its results file, after checking that
     they are seeds 0-9 (or 0-19) at the default tier, with no errors, from the current
     code; the headlines and statements of the seed-0 record go to its ``.json`` sidecar."""
-    rows = df[df["chapter"] == chapter.number].copy()
+    rows = df[df["chapter"] == chapter.number]
     seeds = tuple(sorted(set(rows["seed"])))
     problems = []
     if seeds not in (CALIBRATION_SEEDS, CALIBRATION_SEEDS + CONFIRMATION_SEEDS):
@@ -69,7 +69,6 @@ def write_results(chapter: Chapter, df: Any) -> Path:
                          + "; ".join(problems))
     path = chapter.results_file
     path.parent.mkdir(parents=True, exist_ok=True)
-    rows["split"] = [split_of(s) for s in rows["seed"]]
     out = rows[COLUMNS].sort_values("seed", kind="stable")
     out.to_csv(path, index=False, float_format="%.8g")
     return path
