@@ -86,15 +86,14 @@ def _tarball(name: str) -> Path:
 
 
 def _wanted(member: str, patterns: list[str]) -> bool:
+    """Whether a tarball member is kept: under a folder pattern ("es5/input/"), or matching
+    a file pattern ("dist/*.woff") in that folder itself, not below it."""
     from fnmatch import fnmatch
 
     rel = member.removeprefix("package/")
-    for pat in patterns:
-        if pat.endswith("/") and rel.startswith(pat):
-            return True
-        if fnmatch(rel, pat) and "/" not in rel[len(pat.rsplit("/", 1)[0]) + 1:]:
-            return True
-    return False
+    return any(rel.startswith(pat) if pat.endswith("/") else
+               fnmatch(rel, pat) and "/" not in rel[len(pat.rsplit("/", 1)[0]) + 1:]
+               for pat in patterns)
 
 
 def vendor(dest: Path) -> dict[str, Path]:
