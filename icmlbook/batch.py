@@ -24,7 +24,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from icmlbook.chapters import Chapter, skip_iri_grammar
+from icmlbook.chapters import Chapter, list_chapters, resolve, skip_iri_grammar
 from icmlbook.results import split_of
 from icmlbook.session import holding, read_record
 from icmlbook.tiers import (NOTEBOOK_MB, RULES, ParameterError, check_seed, check_tier,
@@ -437,8 +437,6 @@ def sweep(chapters: list[str | Chapter] | None = None, seeds: Any = range(10),
           resume: bool = False, root: str | Path | None = None) -> Any:
     """Run ``chapters`` (numbers, slugs or :class:`Chapter`; None: all) over ``seeds`` and
     return the tidy DataFrame. Parameters are validated first, as by the CLI."""
-    from icmlbook.chapters import list_chapters, resolve
-
     book = list_chapters(root)
     chosen = book if chapters is None else [
         c if isinstance(c, Chapter) else resolve(c, book) for c in chapters]

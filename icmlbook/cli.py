@@ -16,6 +16,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from icmlbook.chapters import book_root, is_book, list_chapters, resolve
 from icmlbook.tiers import (CALIBRATION_SEEDS, COMMITTED_SEED, COMMITTED_TIER,
                             CONFIRMATION_SEEDS, SEED_MAX, TIERS, ParameterError, shown)
 
@@ -101,8 +102,6 @@ def _add_selection(p: argparse.ArgumentParser, runs: bool = False) -> None:
 
 def _root(args: argparse.Namespace) -> Path:
     """The book: ``--root`` exactly (never a folder above it), else found as usual."""
-    from icmlbook.chapters import book_root, is_book
-
     if args.root is not None:
         if not is_book(Path(args.root)):
             raise UsageError(f"--root {shown(args.root)}: not the book (a folder with "
@@ -115,8 +114,6 @@ def _root(args: argparse.Namespace) -> Path:
 
 
 def _select(args: argparse.Namespace) -> list[Any]:
-    from icmlbook.chapters import list_chapters, resolve
-
     chapters = list_chapters(_root(args))
     if args.all and args.chapters:
         raise UsageError("name chapters or use --all, not both")
@@ -131,8 +128,6 @@ def _select(args: argparse.Namespace) -> list[Any]:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    from icmlbook.chapters import list_chapters
-
     chapters = list_chapters(_root(args))
     rows = [{"number": c.number, "slug": c.slug, "title": c.title, "part": c.part,
              "parameters": {p.name: {"default": p.default, "help": p.comment}

@@ -16,8 +16,9 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
-from icmlbook.chapters import Chapter
+from icmlbook.chapters import Chapter, list_chapters
 from icmlbook.tiers import CALIBRATION_SEEDS, COMMITTED_TIER, CONFIRMATION_SEEDS, RULES
+from icmlbook.verdicts import grade_all, verdict_lines, weak
 
 SPLITS = {"calibration": CALIBRATION_SEEDS, "confirmation": CONFIRMATION_SEEDS}
 COLUMNS = ["seed", "split", "kind", "versus", "name", "value", "op", "threshold", "passed",
@@ -171,8 +172,6 @@ def verdict_across(rows: list[dict[str, Any]], meta: dict[str, Any] | None
     """The paper's verdict over every seed of a results file, by the rule of
     :mod:`icmlbook.verdicts`: a claim counts as holding if it holds on every seed, a
     finding as the paper's way if on every seed, against it if on none."""
-    from icmlbook.verdicts import grade_all, weak
-
     if not meta or not meta.get("headlines"):
         return None
     claims: dict[str, dict] = {}
@@ -199,8 +198,6 @@ def across_seeds(run: Any, root: str | Path | None = None) -> list[dict[str, Any
     """The "Across seeds" cell: the chapter's committed results as a table and a strip
     plot (one panel per claim, the threshold dashed); returns the summary rows. At the
     smoke tier the table is text and there is no plot, so pandas is never imported."""
-    from icmlbook.chapters import list_chapters
-
     stem = f"ch{run.chapter}"
     chapter = next((c for c in list_chapters(root) if c.stem == stem), None)
     if chapter is None:
@@ -231,8 +228,6 @@ def across_seeds(run: Any, root: str | Path | None = None) -> list[dict[str, Any
         print(f"(the strip plot of these values is drawn at the {COMMITTED_TIER} tier)")
     verdict = verdict_across(rows, read_sidecar(chapter))
     if verdict:
-        from icmlbook.verdicts import verdict_lines
-
         print("\n".join(verdict_lines(verdict, "The paper's verdict over these seeds")))
     return table
 

@@ -27,6 +27,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, Callable
 
+from icmlbook.plot import sketch_figures
 from icmlbook.tiers import check_seed, check_tier, configure_torch, pick, rules, seed_everything
 from icmlbook.verdicts import (PROVENANCE, STRENGTH, Finding, Headline, paper_verdict,
                                verdict_lines)
@@ -96,8 +97,6 @@ class Session:
         seed_everything(seed, torch=torch)
         self.device = configure_torch(tier, threads) if torch else "cpu"
         if rules(tier).sketch_figures:
-            from icmlbook.plot import sketch_figures
-
             sketch_figures()
 
     @property

@@ -18,6 +18,8 @@ import traceback
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
+from icmlbook.tiers import RULES
+
 
 def headless() -> bool:
     return os.environ.get("ICMLBOOK_HEADLESS", "") not in ("", "0")
@@ -111,8 +113,6 @@ def explore(update: Callable[..., Any], controls: dict[str, Any], *, run: Any = 
     """
     import ipywidgets as W
     from IPython.display import display
-
-    from icmlbook.tiers import RULES
 
     errors: list[str] = []
     slowest = [0.0]
