@@ -17,6 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from icmlbook.chapters import book_root, is_book, list_chapters, resolve
+from icmlbook.report import PAGE, render, write
+from icmlbook.results import write_results, write_sidecar
+from icmlbook.session import tally
 from icmlbook.tiers import (CALIBRATION_SEEDS, COMMITTED_SEED, COMMITTED_TIER,
                             CONFIRMATION_SEEDS, SEED_MAX, TIERS, ParameterError, shown)
 
@@ -250,8 +253,6 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def _table(results: list[Any]) -> None:
-    from icmlbook.session import tally
-
     print(f"\n{'chapter':<34} {'tier':<8} {'seed':>4} {'seconds':>8} {'paper':>6} "
           f"{'checks':>6}  verdict")
     for r in results:
@@ -292,8 +293,6 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     if args.json:
         Path(args.json).write_text(json.dumps([r.as_json() for r in results], indent=2) + "\n")
     if args.update_results and status == 0:
-        from icmlbook.results import write_results, write_sidecar
-
         for ch in chapters:
             try:
                 print(f"results: {write_results(ch, df)}")
@@ -302,17 +301,14 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             except ValueError as exc:
                 print(f"results: {exc}", file=sys.stderr)
                 status = 1
-    failed = [r for r in results if not r.ok]
-    return status or (1 if failed else 0)
+    return status or int(any(not r.ok for r in results))
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from icmlbook.report import PAGE, render, write
-
     root = _root(args)
     if args.check:
-        current = (root / PAGE).exists() and (root / PAGE).read_text(encoding="utf-8") == \
-            render(root)
+        page = root / PAGE
+        current = page.exists() and page.read_text(encoding="utf-8") == render(root)
         print(f"{PAGE}: {'current' if current else 'NOT current: run `icmlbook report`'}")
         return 0 if current else 1
     print(f"written {write(root)}")

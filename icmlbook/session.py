@@ -233,9 +233,8 @@ class Session:
         extra = f"  {'strength':<15}" if graded else ""
         print(f"{'':<{width}}  {'needs':<12}  {'isolates':<8}{extra}  verdict")
         for k in kinds:
-            group = [c for c in self.claims if c.kind == k]
             print(SECTIONS[k])
-            for c in group:
+            for c in [c for c in self.claims if c.kind == k]:
                 more = f"  {c.strength or '-':<15}" if graded else ""
                 print(f"  {c.name:<{width - 2}}  "
                       f"{c.op + ' ' + format(c.threshold, '.10g'):<12}  "
