@@ -96,9 +96,8 @@ def _wanted(member: str, patterns: list[str]) -> bool:
                for pat in patterns)
 
 
-def vendor(dest: Path) -> dict[str, Path]:
+def vendor(dest: Path) -> None:
     """Unpack the kept files of every package under ``dest`` (``_static/vendor``)."""
-    out = {}
     for name, (version, _, patterns) in PACKAGES.items():
         target = dest / name
         stamp = target / ".version"
@@ -114,8 +113,6 @@ def vendor(dest: Path) -> dict[str, Path]:
                         with tar.extractfile(m) as src, open(path, "wb") as dst:
                             shutil.copyfileobj(src, dst)
             stamp.write_text(version)
-        out[name] = target
-    return out
 
 
 # The html-manager takes the folder of its icon fonts from its require.js module URL,
