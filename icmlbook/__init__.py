@@ -14,27 +14,23 @@ from typing import Any
 __version__ = "0.1.0"
 
 GROUPS = {
-    "kit": ("tiers", "params", "record", "verdicts", "session", "chapters", "results",
-            "plot", "progressbar", "widgets", "timing", "data"),
+    "kit": ("tiers", "verdicts", "session", "chapters", "results",
+            "plot", "widgets"),
     "models": ("nn", "tinygpt", "toylang", "diffusion"),
-    "tools": ("batch", "bench", "report", "offline_html", "cli"),
+    "tools": ("batch", "report", "offline_html", "cli"),
 }
 """Each module's group. A module imports only from its own group or the groups listed
 before it (tools -> models -> kit)."""
 
 # public name -> module that defines it (imported on first use)
 _EXPORTS = {name: module for module, names in {
-    "tiers": ("TIERS",),
-    "session": ("start", "Session", "ClaimFailed", "solution_check"),
-    "params": ("ParameterError", "check_tier", "check_seed", "check_int", "check_range",
-               "check_choice"),
-    "progressbar": ("progress",),
-    "widgets": ("explore",),
+    "tiers": ("TIERS", "ParameterError", "check_tier", "check_seed", "check_int", "check_range",
+              "check_choice"),
+    "session": ("start", "Session", "ClaimFailed", "solution_check", "read_record",
+                "seconds_in_turns", "digits"),
+    "widgets": ("progress", "explore"),
     "plot": ("use_style", "method_styles", "log_axis"),
-    "record": ("read_record",),
     "nn": ("MLP", "Adam"),
-    "timing": ("seconds_in_turns",),
-    "data": ("digits",),
     "batch": ("sweep",),
     "results": ("across_seeds",),
 }.items() for name in names}

@@ -1,6 +1,6 @@
 """The batch engine behind ``icmlbook run``, ``sweep`` and ``bench``: plan chapter runs,
 execute each with papermill in a fresh kernel (here, one after the other, or as Dask
-tasks), keep their records, and make the tidy table of a sweep.
+tasks), keep their records, make the tidy table of a sweep and the bench report.
 
     jobs = plan(chapters, "default", range(10), {})           # validated, no kernel yet
     results = run_jobs(jobs, Path("runs"), workers=2)         # papermill, one kernel each
@@ -14,20 +14,21 @@ import hashlib
 import json
 import logging
 import os
+import platform
 import signal
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from functools import partial
 from pathlib import Path
 from typing import Any
 
-from icmlbook.chapters import Chapter, skip_iri_grammar
-from icmlbook.params import ParameterError, check_seed, check_tier, shown
-from icmlbook.record import read_record, tally
+from icmlbook.chapters import Chapter, list_chapters, resolve, skip_iri_grammar
 from icmlbook.results import split_of
-from icmlbook.tiers import RULES
+from icmlbook.session import holding, read_record
+from icmlbook.tiers import (NOTEBOOK_MB, RULES, ParameterError, check_seed, check_tier,
+                            shown)
 
 COLUMNS = ["chapter", "slug", "seed", "split", "tier", "kind", "versus", "name", "value",
            "op", "threshold", "passed", "strength", "provenance", "strict", "strict_passed",
@@ -64,6 +65,11 @@ class Job:
     def key(self) -> str:
         return run_key(self.chapter.stem, self.tier, self.seed, self.params)
 
+    def result(self, output: str, **kw: Any) -> Result:
+        """This run's :class:`Result`, with no outcome yet (or the one in ``kw``)."""
+        return Result(self.chapter.number, self.chapter.slug, self.tier, self.seed,
+                      dict(self.params), output, code_hash=self.chapter.code_hash, **kw)
+
 
 class Interrupted(Exception):
     """Ctrl-C during a batch: ``results`` holds the runs that had finished."""
@@ -91,34 +97,26 @@ class Result:
     def key(self) -> str:
         return run_key(f"ch{self.chapter}_{self.slug}", self.tier, self.seed, self.params)
 
-    def kind_counts(self, kind: str) -> str:
-        """"passed/total" of the claims of one kind ("" when there are none)."""
-        return tally((self.record or {}).get("claims", []), kinds=(kind,), labels=False)
-
     @property
-    def claims(self) -> tuple[int, int]:
-        claims = (self.record or {}).get("claims", [])
-        return sum(c["passed"] for c in claims), len(claims)
+    def claims(self) -> list[dict[str, Any]]:
+        """The paper claims and checks of the run record (none without one)."""
+        return (self.record or {}).get("claims") or []
 
     @property
     def verdict(self) -> str:
         """PASS, FAILED, RECORDED (smoke: failures recorded, not enforced) or ERROR (the run
         ended before its claims), read from the run record's status."""
         status = (self.record or {}).get("status")
-        if not (self.record or {}).get("claims") or (not self.ok and status == "passed"):
+        if not self.claims or (not self.ok and status == "passed"):
             return "ERROR"  # no claims, or a cell after the verdict failed
         return {"passed": "PASS", "failed": "FAILED", "recorded": "RECORDED"}.get(status, "ERROR")
 
     def as_json(self) -> dict[str, Any]:
-        return {"chapter": self.chapter, "slug": self.slug, "tier": self.tier, "seed": self.seed,
-                "params": self.params, "output": self.output, "seconds": round(self.seconds, 2),
-                "ok": self.ok, "verdict": self.verdict, "error": self.error,
-                "code_hash": self.code_hash, "record": self.record}
+        return {**asdict(self), "seconds": round(self.seconds, 2), "verdict": self.verdict}
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> Result:
-        return cls(d["chapter"], d["slug"], d["tier"], d["seed"], d["params"], d["output"],
-                   d["seconds"], d["ok"], d["error"], d["record"], d.get("code_hash", ""))
+        return cls(**{f.name: d[f.name] for f in fields(cls) if f.name in d})
 
 
 def source_notebook(chapter: Chapter) -> Any:
@@ -140,9 +138,9 @@ def clean(nb: Any) -> Any:
     return nb
 
 
-def execute(chapter: Chapter, tier: str, seed: int, params: dict[str, Any], out_dir: Path,
-            inplace: bool = False, verbose: bool = False) -> Result:
-    """Run one chapter headless with papermill; never raises for a failing chapter.
+def execute(job: Job, out_dir: Path, inplace: bool = False, verbose: bool = False) -> Result:
+    """Run one planned run headless with papermill (what a Dask worker is given); never
+    raises for a failing chapter.
 
     ``verbose`` streams the chapter's printed output (its progress lines) as it runs."""
     skip_iri_grammar()
@@ -150,14 +148,12 @@ def execute(chapter: Chapter, tier: str, seed: int, params: dict[str, Any], out_
     import papermill as pm
 
     os.environ["ICMLBOOK_HEADLESS"] = "1"
-    defaults = chapter.parameters
-    given = {"tier": tier, "seed": seed, **params}
+    chapter, defaults = job.chapter, job.chapter.parameters
+    given = {"tier": job.tier, "seed": job.seed, **job.params}
     # inject only what differs from the parameters cell (a default run injects nothing)
     inject = {k: v for k, v in given.items() if k not in defaults or defaults[k].default != v}
-    key = run_key(chapter.stem, tier, seed, params)
-    out_path = chapter.ipynb if inplace else Path(out_dir) / f"{key}.ipynb"
-    result = Result(chapter.number, chapter.slug, tier, seed, dict(params), str(out_path),
-                    code_hash=chapter.code_hash)
+    out_path = chapter.ipynb if inplace else Path(out_dir) / f"{job.key}.ipynb"
+    result = job.result(str(out_path))
     with tempfile.TemporaryDirectory(prefix="icmlbook-") as tmp:
         src = Path(tmp) / f"{chapter.stem}.ipynb"
         nbformat.write(source_notebook(chapter), src)
@@ -168,10 +164,11 @@ def execute(chapter: Chapter, tier: str, seed: int, params: dict[str, Any], out_
                                 progress_bar=False, log_output=verbose,
                                 stdout_file=sys.stdout if verbose else None,
                                 cwd=str(chapter.py.parent), extra_arguments=KERNEL_ARGS,
-                                execution_timeout=RULES[tier].cell_timeout_s)
+                                execution_timeout=RULES[job.tier].cell_timeout_s)
             result.ok = True
         except pm.PapermillExecutionError as exc:
-            result.error = _describe(exc)
+            where = f"cell {exc.exec_count}" if getattr(exc, "exec_count", None) else "a cell"
+            result.error = f"{where}: {exc.ename}: {exc.evalue}".strip()
         except Exception as exc:  # kernel died, timeout, ...
             result.error = f"{type(exc).__name__}: {exc}"
         result.seconds = time.perf_counter() - t0
@@ -208,17 +205,6 @@ def running_cell(nb: Any) -> str:
     return f"cell {last[0]} (`{first}`)"
 
 
-def _describe(exc: Any) -> str:
-    where = f"cell {exc.exec_count}" if getattr(exc, "exec_count", None) else "a cell"
-    return f"{where}: {exc.ename}: {exc.evalue}".strip()
-
-
-def run_job(job: Job, out_dir: Path, inplace: bool = False, verbose: bool = False) -> Result:
-    """Execute one planned run (what a Dask worker is given)."""
-    return execute(job.chapter, job.tier, job.seed, dict(job.params), Path(out_dir),
-                   inplace=inplace, verbose=verbose)
-
-
 def plan(chapters: list[Chapter], tier: str, seeds: Any, overrides: dict[str, Any]
          ) -> list[Job]:
     """The runs of ``chapters`` x ``seeds`` at ``tier``, each chapter's ``overrides``
@@ -230,12 +216,7 @@ def plan(chapters: list[Chapter], tier: str, seeds: Any, overrides: dict[str, An
         check_seed(s)
     jobs = []
     for ch in chapters:
-        try:
-            values = validate(ch, {**overrides, "tier": tier, "seed": seeds[0] if seeds else 0})
-        except ParameterError as exc:
-            msg = str(exc)
-            prefix = "" if msg.startswith("chapter ") else f"chapter {ch.number} ({ch.slug}): "
-            raise ParameterError(prefix + msg) from exc
+        values = validate(ch, {**overrides, "tier": tier, "seed": seeds[0] if seeds else 0})
         values.pop("tier"), values.pop("seed")
         jobs += [Job(ch, tier, s, values) for s in seeds]
     return jobs
@@ -263,18 +244,16 @@ def load_records(records_dir: Path) -> dict[str, Result]:
 
 
 # -- parameters from the command line, checked before any kernel starts ----------------
+BOOLEANS = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}
+
+
 def coerce(raw: Any, default: Any) -> Any:
     """A command-line value as the type of the parameter's default, where that is clear."""
     if not isinstance(raw, str):
         return raw
     text = raw.strip()
     if isinstance(default, bool):
-        low = text.lower()
-        if low in ("true", "1", "yes"):
-            return True
-        if low in ("false", "0", "no"):
-            return False
-        return raw
+        return BOOLEANS.get(text.lower(), raw)
     if isinstance(default, str):
         return raw
     if isinstance(default, float) and text.lower().lstrip("+-") in ("nan", "inf", "infinity"):
@@ -290,13 +269,14 @@ def coerce(raw: Any, default: Any) -> Any:
 
 def validate(chapter: Chapter, overrides: dict[str, Any]) -> dict[str, Any]:
     """Check override names and values against the chapter (its ``validate`` cell, run
-    in-process); return the coerced overrides, or raise :class:`ParameterError`."""
+    in-process); return the coerced overrides, or raise :class:`ParameterError` naming
+    the chapter."""
     params = chapter.parameters
+    name = f"chapter {chapter.number} ({chapter.slug})"
     unknown = [n for n in overrides if n not in params]
     if unknown:
-        raise ParameterError(
-            f"chapter {chapter.number} ({chapter.slug}) has no parameter "
-            f"{', '.join(map(shown, unknown))}; its parameters are: {', '.join(params)}")
+        raise ParameterError(f"{name} has no parameter {', '.join(map(shown, unknown))}; "
+                             f"its parameters are: {', '.join(params)}")
     values = {n: coerce(v, params[n].default) for n, v in overrides.items()}
     namespace: dict[str, Any] = {}
     exec(compile(chapter.cell("parameters") or "", f"<{chapter.stem} parameters>", "exec"),
@@ -306,12 +286,12 @@ def validate(chapter: Chapter, overrides: dict[str, Any]) -> dict[str, Any]:
     if check is not None:
         try:
             exec(compile(check, f"<{chapter.stem} validate>", "exec"), namespace)
-        except ParameterError:
-            raise
+        except ParameterError as exc:
+            raise ParameterError(f"{name}: {exc}") from exc
         except Exception as exc:  # a check that trips over an odd value: still bad input
             given = ", ".join(f"{n}={shown(v)}" for n, v in values.items()) or "the defaults"
-            raise ParameterError(f"chapter {chapter.number} ({chapter.slug}) cannot check "
-                                 f"{given}: {type(exc).__name__}: {exc}") from exc
+            raise ParameterError(f"{name} cannot check {given}: {type(exc).__name__}: "
+                                 f"{exc}") from exc
     return values
 
 
@@ -348,7 +328,7 @@ def run_jobs(jobs: list[Job], out_dir: Path, *, workers: int = 1, scheduler: str
                 job = jobs[i]
                 say(f"[start] {job.chapter.number} {job.chapter.slug} (tier {job.tier}, "
                     f"seed {job.seed})")
-                finished(i, run_job(job, out_dir, inplace, verbose), say)
+                finished(i, execute(job, out_dir, inplace, verbose), say)
         elif todo:
             _on_dask([(i, jobs[i]) for i in todo], out_dir, inplace, workers, scheduler, finished)
     except KeyboardInterrupt:
@@ -386,7 +366,7 @@ def _on_dask(todo: list[tuple[int, Job]], out_dir: Path, inplace: bool, workers:
     futures = {}
     try:
         for i, job in todo:
-            fut = client.submit(run_job, job, out_dir, inplace, False, pure=False,
+            fut = client.submit(execute, job, out_dir, inplace, False, pure=False,
                                 key=f"icmlbook-{job.key}-{time.time_ns()}")
             futures[fut] = i
         jobs = dict(todo)
@@ -395,10 +375,7 @@ def _on_dask(todo: list[tuple[int, Job]], out_dir: Path, inplace: bool, workers:
             try:
                 result = fut.result()
             except Exception as exc:  # the worker died (KilledWorker) or the task could not run
-                job = jobs[i]
-                result = Result(job.chapter.number, job.chapter.slug, job.tier, job.seed,
-                                dict(job.params), "", error=f"{type(exc).__name__}: {exc}",
-                                code_hash=job.chapter.code_hash)
+                result = jobs[i].result("", error=f"{type(exc).__name__}: {exc}")
             finished(i, result, say)
             progress.update(1)
     finally:
@@ -414,7 +391,7 @@ def describe(r: Result) -> str:
     """One line for a finished run: verdict, chapter, seed, time, paper claims, checks."""
     extra = f": {r.error}" if r.error else ""
     return (f"[{r.verdict.lower()}] {r.chapter} {r.slug} (tier {r.tier}, seed {r.seed}) in "
-            f"{r.seconds:.1f}s, {tally((r.record or {}).get('claims', []))}{extra}")
+            f"{r.seconds:.1f}s, {holding(r.claims)}{extra}")
 
 
 # -- the tidy table -----------------------------------------------------------------------
@@ -426,14 +403,12 @@ def tidy(results: list[Result]) -> Any:
     for r in results:
         rec = r.record or {}
         base = {"chapter": r.chapter, "slug": r.slug, "seed": r.seed, "tier": r.tier,
-                "split": split_of(r.seed),
-                "status": r.verdict, "seconds": round(r.seconds, 2),
+                "split": split_of(r.seed), "status": r.verdict, "seconds": round(r.seconds, 2),
                 "peak_mb": rec.get("peak_rss_mb"), "code_hash": r.code_hash}
-        claims = rec.get("claims") or []
-        if not claims:
+        if not r.claims:
             rows.append({**base, "kind": "error", "versus": None, "name": r.error, "value": None,
                          "op": None, "threshold": None, "passed": False})
-        for c in claims:
+        for c in r.claims:
             rows.append({**base, "kind": c["kind"], "versus": c.get("versus"),
                          "name": c["name"], "value": c["value"], "op": c["op"],
                          "threshold": c["threshold"], "passed": bool(c["passed"]),
@@ -462,8 +437,6 @@ def sweep(chapters: list[str | Chapter] | None = None, seeds: Any = range(10),
           resume: bool = False, root: str | Path | None = None) -> Any:
     """Run ``chapters`` (numbers, slugs or :class:`Chapter`; None: all) over ``seeds`` and
     return the tidy DataFrame. Parameters are validated first, as by the CLI."""
-    from icmlbook.chapters import list_chapters, resolve
-
     book = list_chapters(root)
     chosen = book if chapters is None else [
         c if isinstance(c, Chapter) else resolve(c, book) for c in chapters]
@@ -474,3 +447,54 @@ def sweep(chapters: list[str | Chapter] | None = None, seeds: Any = range(10),
     df = tidy(results)
     write_tables(df, out)
     return df
+
+
+# -- the bench report ----------------------------------------------------------------------
+def bench(chapters: list[Chapter], tiers: list[str], report: Path) -> int:
+    """``icmlbook bench``: wall time, peak memory and notebook size against the budgets,
+    written to ``report`` (Markdown); 1 if a run failed or is over a budget. Chapters run
+    one at a time: on 2 cores a parallel job slows a chapter several-fold."""
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="icmlbook-bench-") as tmp:
+        for ch in chapters:
+            for tier in tiers:
+                print(f"[bench] {ch.number} {ch.slug} at {tier} ...", flush=True)
+                r = execute(Job(ch, tier, 0), Path(tmp))
+                rec = r.record or {}
+                size = Path(r.output).stat().st_size / 2**20 if Path(r.output).exists() else 0.0
+                committed = ch.ipynb.stat().st_size / 2**20 if ch.ipynb.exists() else 0.0
+                rows.append({
+                    "chapter": f"{ch.number} {ch.slug}", "tier": tier, "ok": r.ok,
+                    "seconds": r.seconds, "budget": RULES[tier].budget_s,
+                    "peak_mb": rec.get("peak_rss_mb"), "widget_s": rec.get("widget_seconds"),
+                    "nb_mb": size, "committed_mb": committed,
+                    "claims": holding(r.claims) or "-", "error": r.error,
+                })
+    lines = _bench_table(rows)
+    print("\n".join(lines))
+    report.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    print(f"\nwritten to {report}")
+    return int(any(not r["ok"] or _over_budget(r) for r in rows))
+
+
+def _over_budget(r: dict[str, Any]) -> bool:
+    return bool((r["budget"] and r["seconds"] > r["budget"])
+                or (r["peak_mb"] and RULES[r["tier"]].memory_mb
+                    and r["peak_mb"] > RULES[r["tier"]].memory_mb)
+                or r["committed_mb"] > NOTEBOOK_MB)
+
+
+def _bench_table(rows: list[dict[str, Any]]) -> list[str]:
+    limits = ", ".join(f"{t} <= {r.budget_s:g} s and {r.memory_mb:g} MB"
+                       for t, r in RULES.items() if r.budget_s)
+    head = (f"# icmlbook bench ({time.strftime('%Y-%m-%d %H:%M')}, {platform.machine()}, "
+            f"budgets: {limits}, notebook <= {NOTEBOOK_MB:g} MB)")
+    lines = [head, "", "| chapter | tier | seconds | peak MB | slowest widget s | notebook MB "
+             "| committed MB | claims | within budget |", "|---|---|---:|---:|---:|---:|---:|---|---|"]
+    for r in rows:
+        ok = "ERROR: " + (r["error"] or "") if not r["ok"] else ("no" if _over_budget(r) else "yes")
+        peak = f"{r['peak_mb']:.0f}" if r["peak_mb"] else "?"
+        widget = f"{r['widget_s']:.2f}" if r["widget_s"] is not None else "-"
+        lines.append(f"| {r['chapter']} | {r['tier']} | {r['seconds']:.1f} | {peak} | {widget} "
+                     f"| {r['nb_mb']:.2f} | {r['committed_mb']:.2f} | {r['claims']} | {ok} |")
+    return lines

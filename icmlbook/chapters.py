@@ -3,7 +3,7 @@
 A chapter is ``book/chNN_slug.py`` (jupytext py:percent, the source of truth)
 paired with ``book/chNN_slug.ipynb`` (the same cells with a default-tier run's
 outputs). Its ``parameters``-tagged cell holds plain assignments with a comment
-each; its ``validate``-tagged cell checks them with :mod:`icmlbook.params`.
+each; its ``validate``-tagged cell checks them with ``icmlbook.check_*``.
 """
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from icmlbook.params import shown
+from icmlbook.tiers import shown
 
 
 def skip_iri_grammar() -> None:
@@ -29,7 +29,7 @@ def skip_iri_grammar() -> None:
     sys.modules.setdefault("rfc3987_syntax", None)
 
 
-CHAPTER_RE = re.compile(r"^ch(\d\d)_([a-z0-9_]+)$")
+CHAPTER_RE = re.compile(r"^ch(\d\d)_([a-z0-9_]+?)(\.ipynb|\.py|\.md)?$")
 
 
 @dataclass(frozen=True)
@@ -205,9 +205,7 @@ def list_chapters(root: str | Path | None = None) -> list[Chapter]:
     chapters = []
     for part in toc.get("parts", []):
         for entry in part.get("chapters", []) or []:
-            stem = Path(entry.get("file", "")).name
-            stem = stem.rsplit(".", 1)[0] if stem.endswith((".ipynb", ".py", ".md")) else stem
-            m = CHAPTER_RE.match(stem)
+            m = CHAPTER_RE.match(Path(entry.get("file", "")).name)
             if m:
                 chapters.append(Chapter(m.group(1), m.group(2), part.get("caption", ""), root))
     return chapters

@@ -12,12 +12,16 @@ import argparse
 import json
 import os
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
-from icmlbook.params import SEED_MAX, ParameterError, shown
+from icmlbook.chapters import book_root, is_book, list_chapters, resolve
+from icmlbook.report import PAGE, render, write
+from icmlbook.results import write_results, write_sidecar
+from icmlbook.session import tally
 from icmlbook.tiers import (CALIBRATION_SEEDS, COMMITTED_SEED, COMMITTED_TIER,
-                            CONFIRMATION_SEEDS, TIERS)
+                            CONFIRMATION_SEEDS, SEED_MAX, TIERS, ParameterError, shown)
 
 
 class UsageError(Exception):
@@ -49,11 +53,8 @@ def _parser() -> argparse.ArgumentParser:
     ls.set_defaults(func=cmd_list)
 
     run = sub.add_parser("run", help="execute chapters headless with papermill")
-    _add_selection(run)
-    run.add_argument("--tier", default="default", choices=TIERS, help="default: %(default)s")
+    _add_selection(run, runs=True)
     run.add_argument("--seed", type=int, default=0, help="default: %(default)s")
-    run.add_argument("-p", "--param", nargs=2, action="append", default=[],
-                     metavar=("NAME", "VALUE"), help="set a chapter parameter (repeatable)")
     run.add_argument("--out", default="runs", help="folder for executed notebooks "
                      "(default: %(default)s)")
     run.add_argument("--inplace", action="store_true", help="write the outputs into "
@@ -65,11 +66,8 @@ def _parser() -> argparse.ArgumentParser:
     run.set_defaults(func=cmd_run)
 
     sw = sub.add_parser("sweep", help="chapters x seeds on Dask: a tidy table of every claim")
-    _add_selection(sw)
+    _add_selection(sw, runs=True)
     sw.add_argument("--seeds", default="0-9", help="e.g. 0-9, 3, 0,2,5-7 (default: %(default)s)")
-    sw.add_argument("--tier", default="default", choices=TIERS, help="default: %(default)s")
-    sw.add_argument("-p", "--param", nargs=2, action="append", default=[],
-                    metavar=("NAME", "VALUE"), help="set a chapter parameter (repeatable)")
     sw.add_argument("--workers", type=int, default=None, help="workers of the embedded "
                     "LocalCluster (default: one per core)")
     sw.add_argument("--scheduler", metavar="ADDRESS", help="an existing Dask scheduler, e.g. "
@@ -95,15 +93,18 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def _add_selection(p: argparse.ArgumentParser) -> None:
+def _add_selection(p: argparse.ArgumentParser, runs: bool = False) -> None:
+    """The chapters to act on; with ``runs``, the runs' tier and parameters too."""
     p.add_argument("chapters", nargs="*", metavar="CH", help="number (5, 05) or slug")
     p.add_argument("--all", action="store_true", help="every chapter in _toc.yml")
+    if runs:
+        p.add_argument("--tier", default="default", choices=TIERS, help="default: %(default)s")
+        p.add_argument("-p", "--param", nargs=2, action="append", default=[],
+                       metavar=("NAME", "VALUE"), help="set a chapter parameter (repeatable)")
 
 
 def _root(args: argparse.Namespace) -> Path:
     """The book: ``--root`` exactly (never a folder above it), else found as usual."""
-    from icmlbook.chapters import book_root, is_book
-
     if args.root is not None:
         if not is_book(Path(args.root)):
             raise UsageError(f"--root {shown(args.root)}: not the book (a folder with "
@@ -116,8 +117,6 @@ def _root(args: argparse.Namespace) -> Path:
 
 
 def _select(args: argparse.Namespace) -> list[Any]:
-    from icmlbook.chapters import list_chapters, resolve
-
     chapters = list_chapters(_root(args))
     if args.all and args.chapters:
         raise UsageError("name chapters or use --all, not both")
@@ -132,8 +131,6 @@ def _select(args: argparse.Namespace) -> list[Any]:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    from icmlbook.chapters import list_chapters
-
     chapters = list_chapters(_root(args))
     rows = [{"number": c.number, "slug": c.slug, "title": c.title, "part": c.part,
              "parameters": {p.name: {"default": p.default, "help": p.comment}
@@ -166,33 +163,25 @@ def _overrides(pairs: list[list[str]], seed_flag: str) -> dict[str, str]:
     return values
 
 
-def _writable_file(path: str | None, flag: str) -> None:
-    """``path`` can be written: a file (new or existing) in an existing, writable folder.
-    Checked before any kernel starts, so that no finished run is lost at the end."""
+def _writable(path: str | None, flag: str, folder: bool = False) -> None:
+    """``path`` can be written: a folder (made if missing) or a file (new or existing) in
+    an existing folder. Checked before any kernel starts, so no finished run is lost."""
     if path is None:
         return
     p = Path(path)
     try:
+        if folder:
+            if not path or (p.exists() and not p.is_dir()):
+                raise UsageError(f"{flag} {shown(path)}: needs a folder")
+            p.mkdir(parents=True, exist_ok=True)
+            tempfile.TemporaryFile(dir=p).close()
+            return
         if not path or p.is_dir() or not p.parent.is_dir():
             raise UsageError(f"{flag} {shown(path)}: needs a file in an existing folder")
         existed = p.exists()
         open(p, "a", encoding="utf-8").close()
         if not existed:
             p.unlink()
-    except OSError as exc:
-        raise UsageError(f"{flag} {shown(path)}: cannot write there ({exc.strerror})") from None
-
-
-def _writable_dir(path: str, flag: str) -> None:
-    """``path`` is (or can be made) a folder we can write files into."""
-    import tempfile
-
-    p = Path(path)
-    try:
-        if not path or (p.exists() and not p.is_dir()):
-            raise UsageError(f"{flag} {shown(path)}: needs a folder")
-        p.mkdir(parents=True, exist_ok=True)
-        tempfile.TemporaryFile(dir=p).close()
     except OSError as exc:
         raise UsageError(f"{flag} {shown(path)}: cannot write there ({exc.strerror})") from None
 
@@ -223,8 +212,20 @@ def parse_seeds(spec: str) -> list[int]:
     return sorted(seeds)
 
 
+def _execute(jobs: list[Any], out_dir: Path, stopped: str, **kw: Any) -> tuple[list[Any], int]:
+    """Run the jobs: (results, 0), or after Ctrl-C (the finished runs, 130), saying
+    ``stopped`` about them."""
+    from icmlbook.batch import Interrupted, run_jobs
+
+    try:
+        return run_jobs(jobs, out_dir, **kw), 0
+    except Interrupted as exc:
+        print(f"\ninterrupted: {len(exc.results)} {stopped}", file=sys.stderr)
+        return exc.results, 130
+
+
 def cmd_run(args: argparse.Namespace) -> int:
-    from icmlbook.batch import Interrupted, plan, run_jobs
+    from icmlbook.batch import plan
 
     chapters = _select(args)
     if args.jobs < 1:
@@ -236,16 +237,11 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise UsageError("--inplace stores the committed outputs: default tier, seed 0, "
                          "no -p (use --out for other runs)")
     jobs = plan(chapters, args.tier, [args.seed], overrides)
-    _writable_dir(args.out, "--out")
-    _writable_file(args.json, "--json")
-    workers = _workers(args.jobs, len(jobs), "--jobs")
-    status = 0
-    try:
-        results = run_jobs(jobs, Path(args.out), workers=workers, inplace=args.inplace,
-                           verbose=args.verbose)
-    except Interrupted as exc:
-        print(f"\ninterrupted: {len(exc.results)} run(s) had finished", file=sys.stderr)
-        results, status = exc.results, 130
+    _writable(args.out, "--out", folder=True)
+    _writable(args.json, "--json")
+    results, status = _execute(jobs, Path(args.out), "run(s) had finished",
+                               workers=_workers(args.jobs, len(jobs), "--jobs"),
+                               inplace=args.inplace, verbose=args.verbose)
     _table(results)
     if args.json:
         Path(args.json).write_text(json.dumps([r.as_json() for r in results], indent=2) + "\n")
@@ -261,12 +257,12 @@ def _table(results: list[Any]) -> None:
           f"{'checks':>6}  verdict")
     for r in results:
         print(f"{r.chapter + ' ' + r.slug:<34} {r.tier:<8} {r.seed:>4} {r.seconds:>8.1f} "
-              f"{r.kind_counts('paper') or '-':>6} {r.kind_counts('check') or '-':>6}  "
+              f"{tally(r.claims, 'paper') or '-':>6} {tally(r.claims, 'check') or '-':>6}  "
               f"{r.verdict}")
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
-    from icmlbook.batch import Interrupted, plan, run_jobs, tidy, write_tables
+    from icmlbook.batch import plan, tidy, write_tables
 
     chapters = _select(args)
     seeds = parse_seeds(args.seeds)
@@ -279,18 +275,15 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         raise UsageError("--update-results writes the committed results: --seeds 0-9 "
                          "(calibration) or 0-19 (with confirmation), --tier default, no -p")
     jobs = plan(chapters, args.tier, seeds, overrides)
-    _writable_dir(args.out, "--out")
-    _writable_file(args.json, "--json")
+    _writable(args.out, "--out", folder=True)
+    _writable(args.json, "--json")
     out = Path(args.out)
     workers = _workers(args.workers or os.cpu_count() or 1, len(jobs), "--workers")
-    status = 0
     try:
-        results = run_jobs(jobs, out / "notebooks", workers=workers, scheduler=args.scheduler,
-                           records_dir=out / "records", resume=args.resume)
-    except Interrupted as exc:
-        print(f"\ninterrupted: {len(exc.results)} finished run(s) are in {out / 'records'}; "
-              "--resume continues", file=sys.stderr)
-        results, status = exc.results, 130
+        results, status = _execute(jobs, out / "notebooks", f"finished run(s) are in "
+                                   f"{out / 'records'}; --resume continues", workers=workers,
+                                   scheduler=args.scheduler, records_dir=out / "records",
+                                   resume=args.resume)
     except OSError as exc:  # e.g. no scheduler at --scheduler
         raise UsageError(f"cannot reach the Dask scheduler {args.scheduler}: {exc}") from exc
     df = tidy(results)
@@ -300,8 +293,6 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     if args.json:
         Path(args.json).write_text(json.dumps([r.as_json() for r in results], indent=2) + "\n")
     if args.update_results and status == 0:
-        from icmlbook.results import write_results, write_sidecar
-
         for ch in chapters:
             try:
                 print(f"results: {write_results(ch, df)}")
@@ -310,17 +301,14 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             except ValueError as exc:
                 print(f"results: {exc}", file=sys.stderr)
                 status = 1
-    failed = [r for r in results if not r.ok]
-    return status or (1 if failed else 0)
+    return status or int(any(not r.ok for r in results))
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from icmlbook.report import PAGE, render, write
-
     root = _root(args)
     if args.check:
-        current = (root / PAGE).exists() and (root / PAGE).read_text(encoding="utf-8") == \
-            render(root)
+        page = root / PAGE
+        current = page.exists() and page.read_text(encoding="utf-8") == render(root)
         print(f"{PAGE}: {'current' if current else 'NOT current: run `icmlbook report`'}")
         return 0 if current else 1
     print(f"written {write(root)}")
@@ -328,7 +316,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from icmlbook.bench import bench
+    from icmlbook.batch import bench
 
     chapters = _select(args)
     tiers = [t.strip() for t in args.tiers.split(",") if t.strip()]
@@ -337,7 +325,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         raise UsageError(f"--tiers: unknown tier {shown(bad[0])}; tiers are {', '.join(TIERS)}")
     if not tiers:
         raise UsageError(f"--tiers: name at least one tier of {', '.join(TIERS)}")
-    _writable_file(args.out, "--out")
+    _writable(args.out, "--out")
     return bench(chapters, tiers, Path(args.out))
 
 

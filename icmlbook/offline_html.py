@@ -86,20 +86,18 @@ def _tarball(name: str) -> Path:
 
 
 def _wanted(member: str, patterns: list[str]) -> bool:
+    """Whether a tarball member is kept: under a folder pattern ("es5/input/"), or matching
+    a file pattern ("dist/*.woff") in that folder itself, not below it."""
     from fnmatch import fnmatch
 
     rel = member.removeprefix("package/")
-    for pat in patterns:
-        if pat.endswith("/") and rel.startswith(pat):
-            return True
-        if fnmatch(rel, pat) and "/" not in rel[len(pat.rsplit("/", 1)[0]) + 1:]:
-            return True
-    return False
+    return any(rel.startswith(pat) if pat.endswith("/") else
+               fnmatch(rel, pat) and "/" not in rel[len(pat.rsplit("/", 1)[0]) + 1:]
+               for pat in patterns)
 
 
-def vendor(dest: Path) -> dict[str, Path]:
+def vendor(dest: Path) -> None:
     """Unpack the kept files of every package under ``dest`` (``_static/vendor``)."""
-    out = {}
     for name, (version, _, patterns) in PACKAGES.items():
         target = dest / name
         stamp = target / ".version"
@@ -115,8 +113,6 @@ def vendor(dest: Path) -> dict[str, Path]:
                         with tar.extractfile(m) as src, open(path, "wb") as dst:
                             shutil.copyfileobj(src, dst)
             stamp.write_text(version)
-        out[name] = target
-    return out
 
 
 # The html-manager takes the folder of its icon fonts from its require.js module URL,

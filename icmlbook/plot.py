@@ -75,7 +75,8 @@ def log_axis(ax: Any, axis: str = "y") -> None:
     ten are labelled; over less, 1, 2 and 5 times the powers of ten, written plainly
     (0.2, 0.5, 1). Minor ticks stay, unlabelled: matplotlib's default labels them
     too on a short span, and they then run into each other."""
-    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+    from matplotlib.ticker import (FuncFormatter, LogFormatterSciNotation, LogLocator,
+                                   NullFormatter)
 
     if axis not in ("x", "y"):
         raise ValueError(f"axis must be 'x' or 'y', not {axis!r}")
@@ -88,9 +89,5 @@ def log_axis(ax: Any, axis: str = "y") -> None:
     target.set_minor_locator(LogLocator(base=10, subs=[s for s in range(2, 10)
                                                         if float(s) not in subs]))
     target.set_minor_formatter(NullFormatter())
-    if decades >= 3:
-        from matplotlib.ticker import LogFormatterSciNotation
-
-        target.set_major_formatter(LogFormatterSciNotation())
-    else:
-        target.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    target.set_major_formatter(LogFormatterSciNotation() if decades >= 3
+                               else FuncFormatter(lambda v, _: f"{v:g}"))

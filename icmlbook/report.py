@@ -11,7 +11,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from icmlbook.chapters import Chapter, list_chapters
+from icmlbook.chapters import Chapter, book_root, list_chapters
 from icmlbook.results import (margin, percent, read_results, read_rows, read_sidecar, summary,
                               verdict_across)
 from icmlbook.tiers import CALIBRATION_SEEDS, COMMITTED_TIER, CONFIRMATION_SEEDS
@@ -195,8 +195,6 @@ def _md(text: str) -> str:
 
 def write(root: str | Path | None = None) -> Path:
     """Write the report page; return its path."""
-    from icmlbook.chapters import book_root
-
     path = book_root(root) / PAGE
     path.write_text(render(root), encoding="utf-8")
     return path

@@ -12,11 +12,13 @@ from __future__ import annotations
 import json
 import math
 import statistics
+import textwrap
 from pathlib import Path
 from typing import Any
 
-from icmlbook.chapters import Chapter
+from icmlbook.chapters import Chapter, list_chapters
 from icmlbook.tiers import CALIBRATION_SEEDS, COMMITTED_TIER, CONFIRMATION_SEEDS, RULES
+from icmlbook.verdicts import grade_all, verdict_lines, weak
 
 SPLITS = {"calibration": CALIBRATION_SEEDS, "confirmation": CONFIRMATION_SEEDS}
 COLUMNS = ["seed", "split", "kind", "versus", "name", "value", "op", "threshold", "passed",
@@ -52,7 +54,7 @@ def write_results(chapter: Chapter, df: Any) -> Path:
     """Write the chapter's rows of a sweep ``df`` to its results file, after checking that
     they are seeds 0-9 (or 0-19) at the default tier, with no errors, from the current
     code; the headlines and statements of the seed-0 record go to its ``.json`` sidecar."""
-    rows = df[df["chapter"] == chapter.number].copy()
+    rows = df[df["chapter"] == chapter.number]
     seeds = tuple(sorted(set(rows["seed"])))
     problems = []
     if seeds not in (CALIBRATION_SEEDS, CALIBRATION_SEEDS + CONFIRMATION_SEEDS):
@@ -68,7 +70,6 @@ def write_results(chapter: Chapter, df: Any) -> Path:
                          + "; ".join(problems))
     path = chapter.results_file
     path.parent.mkdir(parents=True, exist_ok=True)
-    rows["split"] = [split_of(s) for s in rows["seed"]]
     out = rows[COLUMNS].sort_values("seed", kind="stable")
     out.to_csv(path, index=False, float_format="%.8g")
     return path
@@ -118,17 +119,14 @@ def read_rows(chapter: Chapter) -> list[dict[str, Any]] | None:
     for r in rows:  # files made before the split/strength columns read with defaults
         r["seed"] = int(r["seed"])
         r["split"] = r.get("split") or split_of(r["seed"])
-        r["versus"] = r["versus"] or None
-        r["value"] = float(r["value"]) if r["value"] else math.nan
+        for k in ("versus", "strength", "provenance"):
+            r[k] = r.get(k) or None
+        for k in ("value", "seconds", "peak_mb"):
+            r[k] = float(r[k]) if r.get(k) else math.nan
         r["threshold"] = float(r["threshold"])
         r["passed"] = r["passed"] == "True"
-        r["strength"] = r.get("strength") or None
-        r["provenance"] = r.get("provenance") or None
         r["strict"] = float(r["strict"]) if r.get("strict") else None
-        r["strict_passed"] = (None if not r.get("strict_passed")
-                              else r["strict_passed"] == "True")
-        r["seconds"] = float(r["seconds"]) if r.get("seconds") else math.nan
-        r["peak_mb"] = float(r["peak_mb"]) if r.get("peak_mb") else math.nan
+        r["strict_passed"] = r["strict_passed"] == "True" if r.get("strict_passed") else None
     return rows
 
 
@@ -140,8 +138,6 @@ def summary_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     counts the seeds on which a weaker claim also clears its superiority version."""
     groups: dict[str, list[dict[str, Any]]] = {}
     for r in rows:
-        r = {"strength": None, "provenance": None, "strict_passed": None, **r}
-        r["split"] = r.get("split") or split_of(int(r["seed"]))
         groups.setdefault(r["name"], []).append(r)
     out = []
     for name, g in groups.items():
@@ -176,8 +172,6 @@ def verdict_across(rows: list[dict[str, Any]], meta: dict[str, Any] | None
     """The paper's verdict over every seed of a results file, by the rule of
     :mod:`icmlbook.verdicts`: a claim counts as holding if it holds on every seed, a
     finding as the paper's way if on every seed, against it if on none."""
-    from icmlbook.verdicts import grade_all, weak
-
     if not meta or not meta.get("headlines"):
         return None
     claims: dict[str, dict] = {}
@@ -204,8 +198,6 @@ def across_seeds(run: Any, root: str | Path | None = None) -> list[dict[str, Any
     """The "Across seeds" cell: the chapter's committed results as a table and a strip
     plot (one panel per claim, the threshold dashed); returns the summary rows. At the
     smoke tier the table is text and there is no plot, so pandas is never imported."""
-    from icmlbook.chapters import list_chapters
-
     stem = f"ch{run.chapter}"
     chapter = next((c for c in list_chapters(root) if c.stem == stem), None)
     if chapter is None:
@@ -236,8 +228,6 @@ def across_seeds(run: Any, root: str | Path | None = None) -> list[dict[str, Any
         print(f"(the strip plot of these values is drawn at the {COMMITTED_TIER} tier)")
     verdict = verdict_across(rows, read_sidecar(chapter))
     if verdict:
-        from icmlbook.verdicts import verdict_lines
-
         print("\n".join(verdict_lines(verdict, "The paper's verdict over these seeds")))
     return table
 
@@ -285,7 +275,8 @@ def _strip_plot(rows: list[dict[str, Any]], table: list[dict[str, Any]]) -> None
         ax.axhline(g[0]["threshold"], color="k", ls="--", lw=1)
         ax.set_xlim(-0.5, 0.5)
         ax.set_xticks([])
-        ax.set_title(("" if kind == "paper" else f"[{kind}] ") + _wrap(name), fontsize=7)
+        title = "\n".join(textwrap.wrap(name, 26)[:3])  # at most three short lines
+        ax.set_title(("" if kind == "paper" else f"[{kind}] ") + title, fontsize=7)
         ax.tick_params(labelsize=7)
     for ax in list(axes.flat)[len(names):]:
         ax.axis("off")
@@ -293,9 +284,3 @@ def _strip_plot(rows: list[dict[str, Any]], table: list[dict[str, Any]]) -> None
                  "red: a failing seed), its threshold (dashed); findings: purple where the "
                  "paper's direction held, orange where not", fontsize=8)
     plt.show()
-
-
-def _wrap(text: str, width: int = 26) -> str:
-    import textwrap
-
-    return "\n".join(textwrap.wrap(text, width)[:3])

@@ -1,4 +1,6 @@
-"""A chapter's run: tier config, seeding, claim checks and the run record.
+"""A chapter's run: tier config, seeding, claim checks and the run record (its format,
+and its reader :func:`read_record`); timing arms fairly and the digits, which several
+chapters' experiments share.
 
     run = icmlbook.start("05_conformal_betting", tier=tier, seed=seed, params={...})
     cfg = run.pick(smoke=dict(T=3000), default=dict(T=6000))
@@ -21,25 +23,33 @@ import sys
 import time
 import zlib
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, Callable
 
-from icmlbook.params import check_seed, check_tier
-from icmlbook.record import KINDS, RECORD_MIME, RECORD_VERSION, SECTIONS, holding
-from icmlbook.tiers import ENFORCED_TIERS, configure_torch, pick, rules, seed_everything
+from icmlbook.plot import sketch_figures
+from icmlbook.tiers import check_seed, check_tier, configure_torch, pick, rules, seed_everything
 from icmlbook.verdicts import (PROVENANCE, STRENGTH, Finding, Headline, paper_verdict,
-                               print_verdict)
+                               verdict_lines)
+
+RECORD_MIME = "application/vnd.icmlbook.record+json"
+RECORD_VERSION = 2
+"""2: findings, headlines and the paper's verdict; claims carry strength and provenance."""
+
+KINDS = ("paper", "check")
+"""paper: what the paper says its method does, isolating an ingredient or against a
+baseline; check: identities, closed forms, premises, counts."""
+SECTIONS = {"paper": "paper claims", "check": "checks"}
+
 
 _OPS = {"<=": operator.le, "<": operator.lt, ">=": operator.ge, ">": operator.gt}
 
 
-def _check_op(what: str, op: str) -> None:
+def _holds(what: str, value: float, op: str, threshold: float) -> bool:
+    """``value op threshold``, where NaN and infinities never hold; a ValueError names
+    ``what`` for an unknown ``op``."""
     if op not in _OPS:
         raise ValueError(f"{what}: op must be one of {list(_OPS)}; got {op!r}")
-
-
-def _holds(value: float, op: str, threshold: float) -> bool:
-    """``value op threshold``, where NaN and infinities never hold."""
     return bool(math.isfinite(value) and _OPS[op](value, threshold))
 
 
@@ -87,14 +97,12 @@ class Session:
         seed_everything(seed, torch=torch)
         self.device = configure_torch(tier, threads) if torch else "cpu"
         if rules(tier).sketch_figures:
-            from icmlbook.plot import sketch_figures
-
             sketch_figures()
 
     @property
     def enforced(self) -> bool:
         """Whether failed claims raise (default and full) or are only recorded (smoke)."""
-        return self.tier in ENFORCED_TIERS
+        return rules(self.tier).enforce_claims
 
     def pick(self, **per_tier: dict[str, Any]) -> SimpleNamespace:
         """This tier's config; see :func:`icmlbook.tiers.pick`."""
@@ -154,7 +162,7 @@ class Session:
         c = Claim(name, statement, float(value), op, float(threshold), False, "paper", versus,
                   against, strength, provenance, None if strict is None else float(strict))
         if c.strict is not None:
-            c.strict_passed = _holds(c.value, op, c.strict)
+            c.strict_passed = _holds(f"claim {name!r}", c.value, op, c.strict)
         return self._declare(c, digits)
 
     def finding(self, name: str, value: float, op: str, reference: float, *, paper: str,
@@ -164,11 +172,10 @@ class Session:
         paper's statement in its own direction, ``paper`` quotes it, ``shows`` says what
         the measurement shows. Recorded, never enforced; returns whether the paper's
         direction held on this run."""
-        _check_op(f"finding {name!r}", op)
         if any(f.name == name for f in self.findings) or any(c.name == name for c in self.claims):
             raise ValueError(f"finding {name!r} declared twice (or also a claim)")
         value = float(value)
-        holds = _holds(value, op, float(reference))
+        holds = _holds(f"finding {name!r}", value, op, float(reference))
         self.findings.append(Finding(name, paper, shows, value, op, float(reference), holds))
         print(f"{'paper direction holds' if holds else 'paper direction fails'}  [finding] "
               f"{name}: measured {value:.{digits}g} (the paper's statement: {op} "
@@ -197,10 +204,9 @@ class Session:
                                    "check"), digits)
 
     def _declare(self, c: Claim, digits: int) -> bool:
-        _check_op(f"claim {c.name!r}", c.op)
         if any(old.name == c.name for old in self.claims):
             raise ValueError(f"claim {c.name!r} declared twice")
-        c.passed = _holds(c.value, c.op, c.threshold)
+        c.passed = _holds(f"claim {c.name!r}", c.value, c.op, c.threshold)
         self.claims.append(c)
         tag = "[check] " if c.kind == "check" else ""
         print(f"{'PASS' if c.passed else 'FAIL'}  {tag}{c.name}: measured {c.value:.{digits}g} "
@@ -213,10 +219,11 @@ class Session:
         self.metrics[name] = _jsonable(value)
 
     def verdict(self) -> None:
-        """Print the verdict table and enforce claims and checks (at smoke: record only).
+        """Print the verdict table, the findings and the paper's verdict on this run, and
+        enforce claims and checks (at smoke: record only).
 
-        The table shows names, thresholds and verdicts, not the measured values (printed
-        by :meth:`claim`), so that nbval can compare it across machines."""
+        It shows names, thresholds and verdicts, not the measured values (printed by
+        :meth:`claim` and :meth:`finding`), so that nbval can compare it across machines."""
         if not self.claims:
             raise ValueError("verdict(): no claims were declared")
         mode = "enforced" if self.enforced else "recorded, not enforced"
@@ -226,16 +233,22 @@ class Session:
         extra = f"  {'strength':<15}" if graded else ""
         print(f"{'':<{width}}  {'needs':<12}  {'isolates':<8}{extra}  verdict")
         for k in kinds:
-            group = [c for c in self.claims if c.kind == k]
             print(SECTIONS[k])
-            for c in group:
+            for c in [c for c in self.claims if c.kind == k]:
                 more = f"  {c.strength or '-':<15}" if graded else ""
                 print(f"  {c.name:<{width - 2}}  "
                       f"{c.op + ' ' + format(c.threshold, '.10g'):<12}  "
                       f"{c.versus or '-':<8}{more}  {'PASS' if c.passed else 'FAIL'}")
         print(f"{holding([asdict(c) for c in self.claims])} hold (tier {self.tier}: {mode})")
-        if self.findings or self.headlines:
-            print_verdict(self.headlines, self.claims, self.findings)
+        if self.findings:
+            width = max(len(f.name) for f in self.findings)
+            print("findings (recorded, not enforced)")
+            for f in self.findings:
+                way = "the paper's way" if f.holds else "against the paper"
+                print(f"  {f.name:<{width}}  paper: {f.op} {f.reference:.10g}  {way}")
+        if self.headlines:
+            v = paper_verdict(self.headlines, self.claims, self.findings)
+            print("\n".join(verdict_lines(v, "the paper's verdict on this run")))
         failed = [c for c in self.claims if not c.passed]
         if failed and self.enforced:
             self.finish()
@@ -247,13 +260,8 @@ class Session:
     # -- record ---------------------------------------------------------------
     def record(self) -> dict[str, Any]:
         """The machine-readable record of this run (also embedded by :meth:`finish`)."""
-        n_ok = sum(c.passed for c in self.claims)
-        if not self.claims:
-            status = "no-claims"
-        elif n_ok == len(self.claims):
-            status = "passed"
-        else:
-            status = "failed" if self.enforced else "recorded"
+        status = ("no-claims" if not self.claims else "passed" if all(c.passed for c in self.claims)
+                  else "failed" if self.enforced else "recorded")
         return {
             "icmlbook_record": RECORD_VERSION, "chapter": self.chapter, "tier": self.tier,
             "seed": self.seed, "params": _jsonable(self.params), "device": self.device,
@@ -286,8 +294,7 @@ def solution_check(name: str, value: float, op: str, threshold: float, digits: i
     """The assertion that ends an exercise's worked solution: ``value op threshold``,
     printed, and an AssertionError at every tier when it fails. Solutions are not
     evidence for the paper: they touch neither the claims nor the run record."""
-    _check_op(f"solution check {name!r}", op)
-    ok = _holds(float(value), op, float(threshold))
+    ok = _holds(f"solution check {name!r}", float(value), op, float(threshold))
     print(f"solution check {'holds' if ok else 'FAILS'}: {name}: measured "
           f"{float(value):.{digits}g} (needs {op} {float(threshold):.10g})")
     if not ok:
@@ -300,6 +307,75 @@ def start(chapter: str, tier: str = "default", seed: int = 0,
     """Begin a chapter run: validate tier and seed, seed every generator, set torch up
     (``threads`` CPU threads; ``torch=False`` for chapters that never import it)."""
     return Session(chapter, tier, seed, params, threads=threads, torch=torch)
+
+
+# -- what several chapters' experiments share ---------------------------------------------
+def seconds_in_turns(fns: dict[str, Callable[[], object]], reps: int = 3,
+                     clock: Callable[[], float] = time.process_time) -> dict[str, float]:
+    """Median seconds of each ``fn()`` over ``reps`` repeats, by ``clock`` (CPU time of
+    this process by default). The fns take turns in every repeat, so a burst of load
+    from elsewhere hits all of them alike; torch's global RNG is left as it was, so
+    timing changes no other number of the run."""
+    import statistics
+
+    import torch
+
+    times: dict[str, list[float]] = {name: [] for name in fns}
+    with torch.random.fork_rng():
+        for _ in range(reps):
+            for name, fn in fns.items():
+                start = clock()
+                fn()
+                times[name].append(clock() - start)
+    return {name: float(statistics.median(t)) for name, t in times.items()}
+
+
+def digits() -> tuple[Any, Any]:
+    """The 1797 digits as ``(X, y)``: pixels 0..16 as float64, shape (1797, 64), and
+    the labels 0..9 as int64, in the file's order (that of ``load_digits``). Read without
+    importing scikit-learn, which costs a second or two, more than the smoke tier can spare."""
+    import gzip
+    import importlib.util
+
+    import numpy as np
+
+    spec = importlib.util.find_spec("sklearn")
+    if spec is None or not spec.submodule_search_locations:
+        raise ModuleNotFoundError("icmlbook.digits() reads the digits shipped with "
+                                  "scikit-learn; install it (pip install scikit-learn)")
+    path = Path(spec.submodule_search_locations[0]) / "datasets" / "data" / "digits.csv.gz"
+    with gzip.open(path) as f:
+        table = np.loadtxt(f, delimiter=",")
+    return table[:, :-1], table[:, -1].astype(np.int64)
+
+
+# -- the run record's counts and its reader -----------------------------------------------
+def tally(claims: list[dict[str, Any]], kind: str) -> str:
+    """"passed/total" of a record's claims of one kind ("" when there are none)."""
+    group = [c for c in claims if c.get("kind") == kind]
+    return f"{sum(bool(c['passed']) for c in group)}/{len(group)}" if group else ""
+
+
+def holding(claims: list[dict[str, Any]]) -> str:
+    """Passed/total per kind present, as a run's verdict, record and the batch engine say
+    it: "3/3 paper claims and 2/2 checks" ("" when there are none)."""
+    return " and ".join(f"{tally(claims, k)} {SECTIONS[k]}" for k in KINDS if tally(claims, k))
+
+
+def read_record(notebook: str | Path | dict) -> dict[str, Any] | None:
+    """The last icmlbook record in an executed notebook (path or nbformat dict), or None."""
+    if isinstance(notebook, (str, Path)):
+        nb = json.loads(Path(notebook).read_text(encoding="utf-8"))
+    else:
+        nb = notebook
+    found = None
+    for cell in nb.get("cells", []):
+        for out in cell.get("outputs", []) or []:
+            data = out.get("data") or {}
+            if RECORD_MIME in data:
+                rec = data[RECORD_MIME]
+                found = json.loads(rec) if isinstance(rec, str) else rec
+    return found
 
 
 def _peak_rss_mb() -> float:

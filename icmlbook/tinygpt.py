@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .nn import Adam
+from icmlbook.nn import Adam
 
 PE_PRESETS = {
     "none": (None, None),
@@ -256,7 +256,7 @@ def fit_lm(model: TinyGPT, batches: Iterator[Tensor] | Callable[[int], Tensor], 
     """Train on next-token prediction for ``steps`` AdamW steps (torch's arithmetic,
     ``icmlbook.nn.Adam``) with a cosine-decayed learning rate; ``batches`` is an iterator of (B, T) id
     tensors or a function ``step -> batch``. Returns the loss per step."""
-    from .progressbar import progress as bar
+    from icmlbook.widgets import progress as bar
 
     opt = Adam(model.parameters(), lr=lr, weight_decay=weight_decay, decoupled=True)
     losses: list[float] = []

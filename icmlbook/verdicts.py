@@ -146,18 +146,3 @@ def paper_verdict(headlines: list[Headline], claims: Iterable[Any],
     cs = {c.name: {"passed": c.passed, "weak": weak(asdict(c))} for c in claims
           if c.kind == "paper"}
     return grade_all(map(asdict, headlines), cs, {f.name: f.holds for f in findings})
-
-
-def print_verdict(headlines: list[Headline], claims: list[Any], findings: list[Finding]
-                  ) -> None:
-    """The findings (names and whether the paper's direction held) and the verdicts, as
-    robust text (no measured values: those are printed where they are recorded)."""
-    if findings:
-        width = max(len(f.name) for f in findings)
-        print("findings (recorded, not enforced)")
-        for f in findings:
-            way = "the paper's way" if f.holds else "against the paper"
-            print(f"  {f.name:<{width}}  paper: {f.op} {f.reference:.10g}  {way}")
-    if headlines:
-        v = paper_verdict(headlines, claims, findings)
-        print("\n".join(verdict_lines(v, "the paper's verdict on this run")))

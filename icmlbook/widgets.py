@@ -1,16 +1,75 @@
-"""``explore``: one helper for every chapter's interactive section.
+"""What a reader sees move: ``progress`` for long loops and ``explore`` for every
+chapter's interactive section.
 
-Live (JupyterLab) it shows the controls above an Output area and redraws on every
-change. Headless (papermill, nbval) it draws the default view once under the controls.
-At the smoke tier it also moves every control to each of its extremes, so a crash at an
-extreme fails the tests. The slowest redraw is kept in the run record.
+``progress`` is a live bar for a reader; headless (``ICMLBOOK_HEADLESS=1``) at most
+``lines`` short lines, so executed notebooks stay small. Never put a progress loop in a
+cell that nbval checks.
+
+``explore``, live (JupyterLab), shows the controls above an Output area and redraws on
+every change. Headless (papermill, nbval) it draws the default view once under the
+controls. At the smoke tier it also moves every control to each of its extremes, so a
+crash at an extreme fails the tests. The slowest redraw is kept in the run record.
 """
 from __future__ import annotations
 
+import os
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
+
+from icmlbook.tiers import RULES
+
+
+def headless() -> bool:
+    return os.environ.get("ICMLBOOK_HEADLESS", "") not in ("", "0")
+
+
+def progress(iterable: Iterable[Any], desc: str = "", total: int | None = None,
+             lines: int = 4) -> Any:
+    """Wrap ``iterable`` in a progress display; supports ``set_postfix(**numbers)``."""
+    if total is None and hasattr(iterable, "__len__"):
+        total = len(iterable)  # type: ignore[arg-type]
+    if headless():
+        return _Plain(iterable, desc, total, lines)
+    from tqdm.auto import tqdm
+
+    return tqdm(iterable, desc=desc, total=total, leave=True)
+
+
+class _Plain:
+    """A headless progress display: a line at evenly spaced checkpoints."""
+
+    def __init__(self, iterable: Iterable[Any], desc: str, total: int | None, lines: int):
+        self.iterable, self.desc, self.total = iterable, desc, total
+        self.lines = max(1, lines)
+        self.postfix: dict[str, Any] = {}
+
+    def set_postfix(self, **values: Any) -> None:
+        self.postfix = values
+
+    def __len__(self) -> int:
+        return self.total or 0
+
+    def __iter__(self) -> Iterator[Any]:
+        t0 = time.perf_counter()
+        marks = set()
+        if self.total:
+            marks = {max(1, round(self.total * k / self.lines)) for k in range(1, self.lines + 1)}
+        n = 0
+        for item in self.iterable:
+            yield item
+            n += 1
+            if n in marks:
+                self._line(n, time.perf_counter() - t0)
+        if not self.total:
+            self._line(n, time.perf_counter() - t0)
+
+    def _line(self, n: int, seconds: float) -> None:
+        post = "  ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
+                         for k, v in self.postfix.items())
+        of = f"/{self.total}" if self.total else ""
+        print(f"{self.desc}: {n}{of} ({seconds:.1f}s) {post}".rstrip(), flush=True)
 
 
 def extremes(widget: Any) -> list[Any]:
@@ -22,11 +81,9 @@ def extremes(widget: Any) -> list[Any]:
         return [(widget.min, widget.min), (widget.max, widget.max), (widget.min, widget.max)]
     if hasattr(widget, "min") and hasattr(widget, "max"):
         return [widget.min, widget.max]
-    if cls == "SelectMultiple":
-        opts = [o[1] if isinstance(o, tuple) else o for o in widget.options]
-        return [tuple(opts[:1]), tuple(opts)]
     if hasattr(widget, "options"):
-        return [o[1] if isinstance(o, tuple) else o for o in widget.options]
+        opts = [o[1] if isinstance(o, tuple) else o for o in widget.options]
+        return [tuple(opts[:1]), tuple(opts)] if cls == "SelectMultiple" else opts
     if isinstance(getattr(widget, "value", None), bool):
         return [True, False]
     return []
@@ -36,8 +93,7 @@ def extreme_settings(controls: dict[str, Any]) -> list[dict[str, Any]]:
     """Settings that visit every extreme of every control: setting i puts each control
     at its i-th extreme (its last one once it has run out), so all lows come together,
     then all highs, then the remaining options of the longest menu."""
-    ext = {k: extremes(w) for k, w in controls.items()}
-    ext = {k: v for k, v in ext.items() if v}
+    ext = {k: v for k, w in controls.items() if (v := extremes(w))}
     n = max((len(v) for v in ext.values()), default=0)
     return [{k: v[min(i, len(v) - 1)] for k, v in ext.items()} for i in range(n)]
 
@@ -57,9 +113,6 @@ def explore(update: Callable[..., Any], controls: dict[str, Any], *, run: Any = 
     """
     import ipywidgets as W
     from IPython.display import display
-
-    from icmlbook.progressbar import headless
-    from icmlbook.tiers import RULES
 
     errors: list[str] = []
     slowest = [0.0]

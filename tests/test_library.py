@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 import icmlbook
-from icmlbook import batch, chapters, params, progressbar, record, session, tiers, widgets
+from icmlbook import batch, chapters, session, tiers, widgets
 
 
 def test_import_is_light():
@@ -19,7 +19,7 @@ def test_import_is_light():
 
 def test_lazy_exports_and_unknown_attribute():
     assert icmlbook.start is session.start
-    assert icmlbook.ParameterError is params.ParameterError
+    assert icmlbook.ParameterError is tiers.ParameterError
     with pytest.raises(AttributeError):
         icmlbook.no_such_thing  # noqa: B018
 
@@ -63,30 +63,30 @@ def test_freed_memory_is_kept_where_glibc_allows():
         assert applied
 
 
-# -- params ------------------------------------------------------------------
+# -- parameter checks (tiers) ----------------------------------------------
 @pytest.mark.parametrize("call, message", [
-    (lambda: params.check_tier("huge"), "tier must be one of smoke, default, full"),
-    (lambda: params.check_seed(-1), r"seed must be in \[0, "),
-    (lambda: params.check_int("n", 2.5), "n must be an integer"),
-    (lambda: params.check_int("n", True), "n must be an integer"),
-    (lambda: params.check_int("n", 0, 1, 5), r"n must be in \[1, 5\]; got 0"),
-    (lambda: params.check_range("a", "x"), "a must be a number"),
-    (lambda: params.check_range("a", float("nan")), "a must be finite"),
-    (lambda: params.check_range("a", 0.0, 0.0, 1.0, lo_open=True), r"a must be in \(0.0, 1.0\]"),
-    (lambda: params.check_range("a", 2.0, None, 1.0), r"a must be in \[-inf, 1.0\]"),
-    (lambda: params.check_choice("m", "z", ["a", "b"]), "m must be one of 'a', 'b'; got 'z'"),
+    (lambda: tiers.check_tier("huge"), "tier must be one of smoke, default, full"),
+    (lambda: tiers.check_seed(-1), r"seed must be in \[0, "),
+    (lambda: tiers.check_int("n", 2.5), "n must be an integer"),
+    (lambda: tiers.check_int("n", True), "n must be an integer"),
+    (lambda: tiers.check_int("n", 0, 1, 5), r"n must be in \[1, 5\]; got 0"),
+    (lambda: tiers.check_range("a", "x"), "a must be a number"),
+    (lambda: tiers.check_range("a", float("nan")), "a must be finite"),
+    (lambda: tiers.check_range("a", 0.0, 0.0, 1.0, lo_open=True), r"a must be in \(0.0, 1.0\]"),
+    (lambda: tiers.check_range("a", 2.0, None, 1.0), r"a must be in \[-inf, 1.0\]"),
+    (lambda: tiers.check_choice("m", "z", ["a", "b"]), "m must be one of 'a', 'b'; got 'z'"),
 ])
 def test_parameter_errors_are_clear(call, message):
-    with pytest.raises(params.ParameterError, match=message):
+    with pytest.raises(tiers.ParameterError, match=message):
         call()
 
 
 def test_parameter_checks_pass_good_values_silently():
     # they return None, so a validation cell ending in a check shows no output
-    assert params.check_range("a", 1, 0, 1) is None
-    assert params.check_int("n", 3, 1, 5) is None
-    assert params.check_choice("m", "a", ["a"]) is None
-    assert params.check_tier("smoke") is None and params.check_seed(0) is None
+    assert tiers.check_range("a", 1, 0, 1) is None
+    assert tiers.check_int("n", 3, 1, 5) is None
+    assert tiers.check_choice("m", "a", ["a"]) is None
+    assert tiers.check_tier("smoke") is None and tiers.check_seed(0) is None
 
 
 # -- session and claims ------------------------------------------------------
@@ -171,14 +171,13 @@ def test_a_failed_check_is_enforced_like_a_claim():
 
 def test_tier_rules_are_one_table_read_by_the_rest():
     from icmlbook import batch as runner
-    from icmlbook import bench
 
     assert tiers.TIERS == ("smoke", "default", "full")
-    assert tiers.ENFORCED_TIERS == ("default", "full")
+    assert [t for t in tiers.TIERS if tiers.RULES[t].enforce_claims] == ["default", "full"]
     assert tiers.RULES["smoke"].exercise_widgets and not tiers.RULES["default"].exercise_widgets
     assert tiers.RULES["full"].cuda and not tiers.RULES["default"].cuda
     assert tiers.RULES["full"].cell_timeout_s is None
-    assert runner.RULES is tiers.RULES and bench.RULES is tiers.RULES
+    assert runner.RULES is tiers.RULES
     # no import cycle: tiers imports nothing from the package
     src = (Path(tiers.__file__)).read_text()
     assert "from icmlbook" not in src and "import icmlbook" not in src
@@ -212,10 +211,13 @@ def _fake_book(tmp_path, rows):
 
 
 def _rows(values, kind="paper", name="c", op="<=", threshold=1.0):
-    return [{"seed": s, "kind": kind, "versus": "baseline" if kind == "paper" else None,
-             "name": name, "value": v, "op": op, "threshold": threshold,
-             "passed": v <= threshold, "seconds": 1.0, "peak_mb": 100.0, "code_hash": "abc"}
-            for s, v in enumerate(values)]
+    from icmlbook.results import split_of
+
+    return [{"seed": s, "split": split_of(s), "kind": kind,
+             "versus": "baseline" if kind == "paper" else None, "name": name, "value": v,
+             "op": op, "threshold": threshold, "passed": v <= threshold, "strength": None,
+             "provenance": None, "strict": None, "strict_passed": None, "seconds": 1.0,
+             "peak_mb": 100.0, "code_hash": "abc"} for s, v in enumerate(values)]
 
 
 def test_summary_counts_passes_and_worst_margin(tmp_path):
@@ -257,7 +259,7 @@ def test_results_file_is_checked_before_it_is_written(tmp_path):
 
 
 def test_read_record_takes_the_last():
-    mime = record.RECORD_MIME
+    mime = session.RECORD_MIME
     nb = {"cells": [
         {"cell_type": "code", "outputs": [{"output_type": "display_data",
                                            "data": {mime: {"n": 1}, "text/plain": "x"}}]},
@@ -265,14 +267,14 @@ def test_read_record_takes_the_last():
         {"cell_type": "code", "outputs": [{"output_type": "display_data",
                                            "data": {mime: json.dumps({"n": 2})}}]},
     ]}
-    assert record.read_record(nb) == {"n": 2}
-    assert record.read_record({"cells": []}) is None
+    assert session.read_record(nb) == {"n": 2}
+    assert session.read_record({"cells": []}) is None
 
 
 # -- progress ----------------------------------------------------------------
 def test_progress_headless_prints_a_few_lines(monkeypatch, capsys):
     monkeypatch.setenv("ICMLBOOK_HEADLESS", "1")
-    bar = progressbar.progress(range(100), desc="train", lines=4)
+    bar = widgets.progress(range(100), desc="train", lines=4)
     total = 0
     for i in bar:
         bar.set_postfix(loss=1.0 / (i + 1))
@@ -284,7 +286,7 @@ def test_progress_headless_prints_a_few_lines(monkeypatch, capsys):
 
 def test_progress_interactive_uses_tqdm(monkeypatch):
     monkeypatch.delenv("ICMLBOOK_HEADLESS", raising=False)
-    bar = progressbar.progress(range(3), desc="x")
+    bar = widgets.progress(range(3), desc="x")
     assert list(bar) == [0, 1, 2]
     assert type(bar).__module__.startswith("tqdm")
 
@@ -550,9 +552,9 @@ def test_resolve_chapters():
 def test_validate_runs_the_chapters_own_checks():
     ch05 = chapters.resolve("5", chapters.list_chapters())
     assert batch.validate(ch05, {"alpha": "0.2"}) == {"alpha": 0.2}
-    with pytest.raises(params.ParameterError, match="no parameter 'nope'"):
+    with pytest.raises(tiers.ParameterError, match="no parameter 'nope'"):
         batch.validate(ch05, {"nope": 1})
-    with pytest.raises(params.ParameterError, match=r"alpha must be in \(0.0, 0.5\]"):
+    with pytest.raises(tiers.ParameterError, match=r"alpha must be in \(0.0, 0.5\]"):
         batch.validate(ch05, {"alpha": "0.9"})
 
 
@@ -574,16 +576,14 @@ def test_runner_clean_strips_noise():
 
 
 def test_bench_report_flags_over_budget():
-    from icmlbook import bench
-
     row = {"chapter": "05 x", "tier": "smoke", "ok": True, "seconds": 20.0, "budget": 15.0,
            "peak_mb": 200.0, "widget_s": 0.3, "nb_mb": 0.3, "committed_mb": 0.3,
            "claims": "5/5", "error": None}
-    assert bench._over(row)
-    assert not bench._over({**row, "seconds": 10.0})
-    assert bench._over({**row, "seconds": 10.0, "peak_mb": 2000.0})
-    assert bench._over({**row, "seconds": 10.0, "committed_mb": 2.0})
-    lines = bench._markdown([row, {**row, "seconds": 10.0}])
+    assert batch._over_budget(row)
+    assert not batch._over_budget({**row, "seconds": 10.0})
+    assert batch._over_budget({**row, "seconds": 10.0, "peak_mb": 2000.0})
+    assert batch._over_budget({**row, "seconds": 10.0, "committed_mb": 2.0})
+    lines = batch._bench_table([row, {**row, "seconds": 10.0}])
     assert lines[-2].endswith("| no |") and lines[-1].endswith("| yes |")
 
 

@@ -7,7 +7,7 @@ import pytest
 from helpers import ROOT
 
 from icmlbook.chapters import list_chapters
-from icmlbook.batch import execute
+from icmlbook.batch import Job, execute
 
 CHAPTERS = list_chapters(ROOT)
 
@@ -15,7 +15,7 @@ CHAPTERS = list_chapters(ROOT)
 @pytest.mark.smoke
 @pytest.mark.parametrize("ch", CHAPTERS, ids=[c.stem for c in CHAPTERS])
 def test_smoke_run(ch, tmp_path):
-    result = execute(ch, "smoke", 0, {}, tmp_path)
+    result = execute(Job(ch, "smoke", 0), tmp_path)
     assert result.ok, result.error
     rec = result.record
     assert rec is not None and rec["tier"] == "smoke" and rec["seed"] == 0
@@ -163,6 +163,6 @@ def test_a_hanging_cell_fails_instead_of_blocking(failing_book, tmp_path, monkey
 
     monkeypatch.setitem(runner.RULES, "smoke", replace(runner.RULES["smoke"], cell_timeout_s=5))
     (ch,) = chapters_of(failing_book)
-    result = runner.execute(ch, "smoke", 0, {}, tmp_path)
+    result = runner.execute(runner.Job(ch, "smoke", 0), tmp_path)
     assert not result.ok and result.seconds < 60
     assert "timed out" in result.error.lower() or "timeout" in result.error.lower()

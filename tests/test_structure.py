@@ -13,7 +13,7 @@ import yaml
 from helpers import BOOK, ROOT
 
 from icmlbook.chapters import list_chapters
-from icmlbook.record import read_record
+from icmlbook.session import read_record
 
 # Fixed chapter numbers and slugs (the design; see README's chapter table).
 SLUGS = {
