@@ -145,9 +145,7 @@ def summary_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         values = [float(r["value"]) for r in g]
         seen = [v for v in values if v == v]  # NaN is the one value unequal to itself
         worst = min(margin(v, op, thr) for v in values)
-        versus = g[0]["versus"]
-        row = {"kind": g[0]["kind"], "claim": name,
-               "isolates": versus if isinstance(versus, str) and versus else "-",
+        row = {"kind": g[0]["kind"], "claim": name, "isolates": _label(g[0]["versus"]),
                "needs": f"{op} {thr:.6g}", "min": min(seen, default=math.nan),
                "median": statistics.median(seen) if seen else math.nan,
                "max": max(seen, default=math.nan)}
@@ -158,13 +156,19 @@ def summary_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         row["passed"] = f"{sum(bool(r['passed']) for r in g)}/{len(g)}"
         row["worst margin"] = worst
         row["worst margin %"] = None if thr == 0 else round(100 * worst / abs(thr), 1)
-        row["strength"] = g[0]["strength"] or "-"
-        row["provenance"] = g[0]["provenance"] or "-"
+        row["strength"] = _label(g[0]["strength"])
+        row["provenance"] = _label(g[0]["provenance"])
         stricts = [bool(r["strict_passed"]) for r in g if r["strict_passed"] in (True, False)]
         row["strict"] = f"{sum(stricts)}/{len(stricts)}" if stricts else "-"
         out.append(row)
     order = {"paper": 0, "check": 1, "finding": 2}
     return sorted(out, key=lambda row: order[row["kind"]])  # sorted() is stable
+
+
+def _label(v: Any) -> str:
+    """A text column's value, "-" where empty (None from the csv reader, NaN through
+    pandas)."""
+    return v if isinstance(v, str) and v else "-"
 
 
 def verdict_across(rows: list[dict[str, Any]], meta: dict[str, Any] | None

@@ -226,8 +226,10 @@ def test_summary_counts_passes_and_worst_margin(tmp_path):
     from icmlbook.results import summary
 
     df = pd.DataFrame(_rows([0.5] * 9 + [1.2]) + _rows([0.0] * 10, "check", "k", "<=", 1e-9))
+    df["strength"] = df["strength"].astype(float)  # empty text read through pandas: NaN
     t = summary(df)
     assert list(t["kind"]) == ["paper", "check"]
+    assert list(t["strength"]) == ["-", "-"] and t.iloc[1]["isolates"] == "-"
     paper = t.iloc[0]
     assert paper["passed"] == "9/10" and paper["worst margin"] == pytest.approx(-0.2)
     assert paper["calibration"] == "9/10" and "confirmation" not in paper
