@@ -456,9 +456,11 @@ def trainable(model):
 # %% [markdown]
 # ### Training with Eq. 1, and the quality measure
 #
-# One loop serves the base model and every arm: Adam with pix2pix's $\beta_1 = 0.5$, a
-# one-cycle learning-rate schedule, a generator step on $\mathcal L_G$, then a
-# discriminator step on $\mathcal L_D$. It updates only what requires a gradient, so
+# One loop serves the base model and every arm: Adam, a generator step on
+# $\mathcal L_G$, then a discriminator step on $\mathcal L_D$. The discriminator keeps
+# pix2pix's $\beta_1 = 0.5$; the generator follows a one-cycle learning-rate schedule,
+# which also cycles its $\beta_1$ against the learning rate between 0.95 and 0.85
+# (PyTorch's defaults, written out below). It updates only what requires a gradient, so
 # the same loop trains the whole generator or just its adapters. Quality is the mean
 # L1 error against the teacher on held-out images, with the output clamped to $[-1, 1]$.
 
@@ -466,9 +468,10 @@ def trainable(model):
 def train_gan(G, D, sample, steps, lr, gen, batch=BATCH):
     """Eq. 1 for `steps` steps; sample(batch, gen) -> (x, y, e). Returns seconds."""
     opt_g = torch.optim.Adam([p for p in G.parameters() if p.requires_grad], lr,
-                             betas=(0.5, 0.999))
+                             betas=(0.95, 0.999))  # beta_1: the schedule sets it
     sched = torch.optim.lr_scheduler.OneCycleLR(opt_g, lr, total_steps=max(steps, 2),
-                                                pct_start=0.15)
+                                                pct_start=0.15, cycle_momentum=True,
+                                                base_momentum=0.85, max_momentum=0.95)
     opt_d = torch.optim.Adam(D.parameters(), 2e-4, betas=(0.5, 0.999))
     t0 = time.perf_counter()
     for _ in range(steps):

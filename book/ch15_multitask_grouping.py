@@ -354,7 +354,7 @@ def train_grouped(X, Y, K, grouping=None, *, gen, tau=2.5, lr=0.01, epochs=15,
     if grouping is not None:
         fixed = nn.functional.one_hot(torch.as_tensor(np.asarray(grouping)), K).float()
     learned = fixed is None and learn_theta
-    opt = torch.optim.Adam(list(model.parameters()) + [theta] * learned, lr=lr)
+    opt = icmlbook.Adam(list(model.parameters()) + [theta] * learned, lr=lr)
     history = []
     for _ in range(epochs):
         perm = torch.randperm(n, generator=gen)
@@ -476,7 +476,7 @@ def lookahead_affinity(X, Y, *, gen, lr=0.01, epochs=15, batch=BATCH, r=BOTTLENE
     X, Y = torch.as_tensor(X), torch.as_tensor(Y)
     n, N = Y.shape
     model = GroupedBranches(X.shape[1], 1, N, gen, r=r)
-    opt = torch.optim.Adam(model.parameters(), lr=lr)
+    opt = icmlbook.Adam(model.parameters(), lr=lr)
     Z, steps = np.zeros((N, N)), 0
     for _ in range(epochs):
         perm = torch.randperm(n, generator=gen)
